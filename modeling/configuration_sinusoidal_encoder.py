@@ -1,0 +1,150 @@
+"""Configuration of the sinusoidal Transformer encoder.
+
+This file is copied as-is into Hub repositories: it imports only the standard library and public transformers API.
+"""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+# The Auto classes a saved folder answers to, and the class each one builds. Written into every saved `config.json`
+# so that one Hub folder loads through all of them with `trust_remote_code=True`.
+AUTO_MAP = {
+    "AutoConfig": "configuration_sinusoidal_encoder.SinusoidalEncoderConfig",
+    "AutoModel": "modeling_sinusoidal_encoder.SinusoidalEncoderModel",
+    "AutoModelForMaskedLM": "modeling_sinusoidal_encoder.SinusoidalEncoderForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_sinusoidal_encoder.SinusoidalEncoderForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_sinusoidal_encoder.SinusoidalEncoderForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_sinusoidal_encoder.SinusoidalEncoderForQuestionAnswering",
+    "AutoModelForMultipleChoice": "modeling_sinusoidal_encoder.SinusoidalEncoderForMultipleChoice",
+}
+
+_ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh", "quick_gelu", "mish")
+_POOLINGS = ("cls", "mean")
+
+
+class SinusoidalEncoderConfig(PretrainedConfig):
+    r"""
+    Configuration of a Transformer encoder with the fixed sinusoidal position encoding of "Attention Is All You Need"
+    (Vaswani et al., 2017).
+
+    The defaults describe the paper's base encoder: post-LN layers, ReLU feed-forward blocks, token embeddings scaled
+    by √hidden_size, dropout 0.1.
+
+    Args:
+        vocab_size (`int`, defaults to 30522): number of token ids.
+        hidden_size (`int`, defaults to 512): d_model. Must be even (the encoding pairs a sine and a cosine).
+        num_hidden_layers (`int`, defaults to 6): N, the number of identical encoder layers.
+        num_attention_heads (`int`, defaults to 8): h; must divide `hidden_size`.
+        intermediate_size (`int`, defaults to 2048): d_ff, the inner size of the feed-forward block.
+        hidden_act (`str`, defaults to `"relu"`): activation of the feed-forward block and of the task heads.
+        hidden_dropout_prob (`float`, defaults to 0.1): dropout on the embedding sum and on each sub-layer output.
+        attention_probs_dropout_prob (`float`, defaults to 0.1): dropout on the attention probabilities.
+        max_position_embeddings (`int`, defaults to 512): the sequence length the model was trained at. Tokenizers
+            read it as `model_max_length`. It is **not** a cap: the encoding is defined for every position and the
+            model runs on longer inputs.
+        initializer_range (`float`, defaults to 0.02): standard deviation of the normal weight initialisation.
+        layer_norm_eps (`float`, defaults to 1e-12): epsilon of every LayerNorm.
+        pad_token_id (`int`, defaults to 0): the padding token (its embedding row starts at zero).
+        classifier_dropout (`float`, *optional*): dropout of the classification heads; `hidden_dropout_prob` if unset.
+        classifier_pooling (`str`, defaults to `"cls"`): how sequence-level heads pool the tokens: `"cls"` (the first
+            token) or `"mean"` (the mean over tokens that the attention mask keeps).
+        position_encoding_base (`float`, defaults to 10000.0): the base of the wavelengths, PE(pos, 2i) =
+            sin(pos / base^(2i/d)).
+        scale_embeddings (`bool`, defaults to `True`): multiply token embeddings by √hidden_size, as the paper does.
+        norm_first (`bool`, defaults to `False`): `False` is the paper's post-LN layer (LayerNorm after each residual
+            sum); `True` is pre-LN (LayerNorm before each sub-layer, plus a final LayerNorm).
+        tie_word_embeddings (`bool`, defaults to `True`): share the masked-LM decoder weight with the token embeddings.
+
+    Every value is checked: an invalid one raises a `ValueError` that names the field.
+    """
+
+    model_type = "sinusoidal_encoder"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 512,
+        num_hidden_layers: int = 6,
+        num_attention_heads: int = 8,
+        intermediate_size: int = 2048,
+        hidden_act: str = "relu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        initializer_range: float = 0.02,
+        layer_norm_eps: float = 1e-12,
+        pad_token_id: int | None = 0,
+        classifier_dropout: float | None = None,
+        classifier_pooling: str = "cls",
+        position_encoding_base: float = 10000.0,
+        scale_embeddings: bool = True,
+        norm_first: bool = False,
+        tie_word_embeddings: bool = True,
+        **kwargs,
+    ):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.pad_token_id = pad_token_id
+        self.classifier_dropout = classifier_dropout
+        self.classifier_pooling = classifier_pooling
+        self.position_encoding_base = position_encoding_base
+        self.scale_embeddings = scale_embeddings
+        self.norm_first = norm_first
+        self.tie_word_embeddings = tie_word_embeddings
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
+        super().__init__(**kwargs)
+        self.check()
+
+    def check(self) -> None:
+        """Raise a `ValueError` naming the first field whose value cannot build a working model."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if self.hidden_size % 2:
+            raise ValueError(
+                f"`hidden_size` must be even: the sinusoidal encoding pairs a sine and a cosine per frequency, "
+                f"got {self.hidden_size}."
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"`num_attention_heads` ({self.num_attention_heads}) must divide `hidden_size` ({self.hidden_size})."
+            )
+        if self.hidden_act not in _ACTIVATIONS:
+            raise ValueError(f"`hidden_act` must be one of {list(_ACTIVATIONS)}, got {self.hidden_act!r}.")
+        if self.classifier_pooling not in _POOLINGS:
+            raise ValueError(
+                f"`classifier_pooling` must be one of {list(_POOLINGS)}, got {self.classifier_pooling!r}."
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
+        for name in ("position_encoding_base", "layer_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"`pad_token_id` must lie in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}.")
+
+
+__all__ = ["SinusoidalEncoderConfig"]

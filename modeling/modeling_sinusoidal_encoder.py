@@ -1,0 +1,743 @@
+"""A Transformer encoder with the fixed sinusoidal position encoding of "Attention Is All You Need".
+
+    h_0 = E[x] * sqrt(d) + PE,   PE(pos, 2i) = sin(pos / base^(2i/d)),   PE(pos, 2i+1) = cos(pos / base^(2i/d))
+    h_l = Norm(h + Dropout(FeedForward(h))),  h = Norm(h_{l-1} + Dropout(SelfAttention(h_{l-1})))   (post-LN)
+
+The encoding has no parameters and no table: it is computed from the positions in every forward pass, in float64,
+so it is exact in every dtype, defined at every position (no length cap), and cannot be left uninitialised or be
+overwritten when transformers builds a model on the meta device and loads weights into it.
+
+This file is copied as-is into Hub repositories: it imports only the standard library, torch, public transformers
+API and its sibling configuration file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
+
+from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
+
+logger = logging.get_logger(__name__)
+
+
+def sinusoidal_position_encoding(
+    position_ids: torch.Tensor,
+    dim: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The sinusoidal encoding of "Attention Is All You Need", interleaved exactly as the paper writes it.
+
+    Column 2i holds sin(pos / base^(2i/dim)) and column 2i+1 holds cos(pos / base^(2i/dim)).
+
+    Args:
+        position_ids: integer (or float) positions of any shape.
+        dim: the encoding size; must be even.
+        base: the base of the wavelengths (10000 in the paper).
+        dtype: the dtype of the result. Angles, sines and cosines are computed in float64 and cast once at the end,
+            so the result is the correctly rounded value in `dtype` (float32 values are within 1e-6 of the exact ones
+            for every position below 65536; see the tests).
+
+    Returns:
+        A tensor of shape `(*position_ids.shape, dim)` and dtype `dtype`, on the device of `position_ids`.
+    """
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 2:
+        raise ValueError(f"`dim` must be a positive even integer, got {dim!r}.")
+    if not base > 0:
+        raise ValueError(f"`base` must be positive, got {base!r}.")
+    device = position_ids.device
+    if device.type == "mps":  # MPS has no float64: compute on the CPU, whose result is then copied over
+        position_ids = position_ids.cpu()
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=position_ids.device) / dim  # (dim/2,) = 2i/d
+    inv_freq = torch.pow(float(base), -exponents)  # (dim/2,)
+    angles = position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (*, dim/2)
+    encoding = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (*, dim/2, 2): [sin, cos] per frequency
+    return encoding.flatten(-2).to(device=device, dtype=dtype)  # (*, dim)
+
+
+class SinusoidalEncoderEmbeddings(nn.Module):
+    """Token embedding × √d plus the sinusoidal position encoding, then dropout (the paper has no LayerNorm here)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.hidden_size = config.hidden_size
+        self.position_encoding_base = config.position_encoding_base
+        self.scale = math.sqrt(config.hidden_size) if config.scale_embeddings else 1.0
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """`inputs_embeds`, when given, replaces `self.word_embeddings(input_ids)` and is scaled the same way."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # (B, T, d)
+        if position_ids is None:
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)  # (1, T)
+        position_encoding = sinusoidal_position_encoding(
+            position_ids, self.hidden_size, self.position_encoding_base, dtype=inputs_embeds.dtype
+        )  # (B or 1, T, d)
+        return self.dropout(inputs_embeds * self.scale + position_encoding)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(QKᵀ · scaling + mask) V, written out. Takes any mask transformers builds: additive float, boolean
+    (True = attend), or 2-D padding `(B, T)`. Returns `(B, T, nh, hs)` and the probabilities `(B, nh, T, T)`."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, nh, T, T)
+    if attention_mask is not None:
+        if attention_mask.dim() == 2:  # (B, T) padding mask, as built for flash attention
+            attention_mask = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T)
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = F.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, nh, hs)
+    return output, probs
+
+
+class SinusoidalEncoderSelfAttention(nn.Module):
+    """Multi-head scaled dot-product self-attention with one fused Q/K/V projection (laid out [Q; K; V], each head
+    a contiguous block, as `torch.nn.MultiheadAttention.in_proj_weight`)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        self.attention_dropout = config.attention_probs_dropout_prob
+        self.is_causal = False  # read by transformers' sdpa and flash integrations: an encoder attends both ways
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        batch_size, seq_len, hidden_size = hidden_states.shape
+        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
+
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:  # only the written-out path can return the probabilities
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )  # (B, T, nh, hs)
+        attn_output = attn_output.reshape(batch_size, seq_len, hidden_size)  # (B, T, d)
+        return self.out_proj(attn_output), attn_weights
+
+
+class SinusoidalEncoderFeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__()
+        self.dense_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.dense_out = nn.Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dense_out(self.act(self.dense_in(hidden_states)))
+
+
+class SinusoidalEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention and feed-forward sub-layers, each inside a residual connection with LayerNorm and dropout.
+
+    Post-LN (the paper): x = Norm(x + Dropout(Sublayer(x))). Pre-LN (`norm_first`): x = x + Dropout(Sublayer(Norm(x))).
+    """
+
+    def __init__(self, config: SinusoidalEncoderConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.attention = SinusoidalEncoderSelfAttention(config, layer_idx=layer_idx)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.feed_forward = SinusoidalEncoderFeedForward(config)
+        self.feed_forward_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.norm_first:
+            attn_output, attn_weights = self.attention(
+                self.attention_norm(hidden_states), attention_mask, output_attentions, **kwargs
+            )
+            hidden_states = hidden_states + self.dropout(attn_output)
+            hidden_states = hidden_states + self.dropout(self.feed_forward(self.feed_forward_norm(hidden_states)))
+        else:
+            attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions, **kwargs)
+            hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
+            hidden_states = self.feed_forward_norm(hidden_states + self.dropout(self.feed_forward(hidden_states)))
+        return hidden_states, attn_weights
+
+
+class SinusoidalEncoderStack(nn.Module):
+    """N identical layers; with `norm_first` a final LayerNorm closes the residual stream."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [SinusoidalEncoderLayer(config, layer_idx=index) for index in range(config.num_hidden_layers)]
+        )
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_first else None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> BaseModelOutput:
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            # hidden_states goes positionally: gradient checkpointing needs the tensors that require grad there
+            hidden_states, attn_weights = layer(hidden_states, attention_mask, output_attentions, **kwargs)
+            if output_attentions:
+                all_attentions += (attn_weights,)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        if self.final_norm is not None:
+            hidden_states = self.final_norm(hidden_states)
+        return BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+
+
+class SinusoidalEncoderPooler(nn.Module):
+    """Pools a sequence into one vector for the sequence-level heads: the first token (`"cls"`) or the mean over the
+    tokens the attention mask keeps (`"mean"`), then a dense layer with tanh."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__()
+        self.pooling = config.classifier_pooling
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pooling == "cls":
+            pooled = hidden_states[:, 0]  # (B, d)
+        elif attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError("`classifier_pooling='mean'` needs a 2-D `attention_mask` (batch_size, seq_len).")
+        elif attention_mask is None:
+            pooled = hidden_states.mean(dim=1)  # (B, d)
+        else:
+            weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, T, 1)
+            pooled = (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, d)
+        return self.activation(self.dense(pooled))
+
+
+class SinusoidalEncoderLMHead(nn.Module):
+    """Masked-LM head: dense, activation, LayerNorm, then the vocabulary projection (tied to the token embeddings)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.layer_norm(self.act(self.dense(hidden_states))))
+
+
+class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
+    config_class = SinusoidalEncoderConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["SinusoidalEncoderEmbeddings", "SinusoidalEncoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, then every CPU tensor that still points into the memory-mapped
+        checkpoint at an address that is not 64-byte aligned is copied into memory of its own. CPU matrix kernels
+        round differently on unaligned operands (small-batch products change in the last bit), so without this a
+        loaded model would not reproduce the saved one bit for bit; aligned weights are also the kernels' fast path."""
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        with torch.no_grad():
+            for tensor in (*model.parameters(), *model.buffers()):
+                if tensor.device.type == "cpu" and tensor.data_ptr() % 64:
+                    tensor.data = tensor.data.clone()
+        return model
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Normal(0, initializer_range) for linear layers; token embeddings get std 1/√d when they are scaled by √d,
+        so that the scaled embeddings have unit variance like the encoding they are added to (as in the reference
+        tensor2tensor implementation of the paper). Uses `torch.nn.init`, which transformers guards so that weights
+        already loaded from a checkpoint are never overwritten."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            embedding_std = self.config.hidden_size**-0.5 if self.config.scale_embeddings else std
+            nn.init.normal_(module.weight, mean=0.0, std=embedding_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                nn.init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+def _check_inputs(
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    extra: dict,
+) -> None:
+    """Shape checks that turn silent broadcasting mistakes into errors naming the argument."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+    if extra.get("token_type_ids") is not None:
+        raise ValueError(
+            "`token_type_ids` was passed, but this model has no segment embeddings. Drop it (with a tokenizer, set "
+            "`model_input_names=['input_ids', 'attention_mask']`)."
+        )
+    if input_ids is not None and input_ids.dim() != 2:
+        raise ValueError(f"`input_ids` must have shape (batch_size, seq_len), got {tuple(input_ids.shape)}.")
+    if inputs_embeds is not None and inputs_embeds.dim() != 3:
+        raise ValueError(
+            f"`inputs_embeds` must have shape (batch_size, seq_len, hidden_size), got {tuple(inputs_embeds.shape)}."
+        )
+    batch_size, seq_len = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    if attention_mask is not None:
+        shape = tuple(attention_mask.shape)
+        if attention_mask.dim() == 2:
+            ok = shape == (batch_size, seq_len)
+        else:
+            ok = (
+                attention_mask.dim() == 4
+                and shape[0] in (1, batch_size)
+                and shape[1] == 1
+                and shape[2:]
+                == (
+                    seq_len,
+                    seq_len,
+                )
+            )
+        if not ok:
+            raise ValueError(
+                f"`attention_mask` has shape {shape}, but the input is (batch_size={batch_size}, seq_len={seq_len}): "
+                f"expected ({batch_size}, {seq_len}) or a 4-D mask ({batch_size}, 1, {seq_len}, {seq_len})."
+            )
+    if position_ids is not None and (
+        position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch_size) or position_ids.shape[1] != seq_len
+    ):
+        raise ValueError(
+            f"`position_ids` has shape {tuple(position_ids.shape)}, "
+            f"expected ({batch_size}, {seq_len}) or (1, {seq_len})."
+        )
+
+
+class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
+    """The bare encoder: embeddings with the sinusoidal encoding, then the layers. Returns `BaseModelOutput`."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        config.check()
+        self.embeddings = SinusoidalEncoderEmbeddings(config)
+        self.encoder = SinusoidalEncoderStack(config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput | tuple[torch.Tensor, ...]:
+        r"""
+        input_ids (`(batch_size, seq_len)`): token ids. Exactly one of `input_ids` and `inputs_embeds`.
+        attention_mask (`(batch_size, seq_len)`): 1 for real tokens, 0 for padding (or a prepared 4-D mask).
+        position_ids (`(batch_size, seq_len)` or `(1, seq_len)`): positions fed to the encoding; 0…seq_len-1 when
+            absent (right padding). Any position is valid: the encoding has no table to run past.
+        inputs_embeds (`(batch_size, seq_len, hidden_size)`): token embeddings used instead of `input_ids`; they are
+            scaled by √d like looked-up ones.
+        """
+        _check_inputs(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
+        kwargs.pop("token_type_ids", None)
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+
+        hidden_states = self.embeddings(input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds)
+        if output_attentions and self.config._attn_implementation != "eager":
+            logger.warning_once(
+                f"`output_attentions=True` is computed with eager attention instead of "
+                f"{self.config._attn_implementation!r}, which cannot return the attention probabilities."
+            )
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        outputs = self.encoder(
+            hidden_states,
+            attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        return outputs if return_dict else outputs.to_tuple()
+
+
+class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
+    """The encoder with a masked-language-modelling head whose vocabulary projection is tied to the token
+    embeddings (`config.tie_word_embeddings`)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.model = SinusoidalEncoderModel(config)
+        self.lm_head = SinusoidalEncoderLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple[torch.Tensor, ...]:
+        r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100)
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def _sequence_classification_loss(config: SinusoidalEncoderConfig, logits: torch.Tensor, labels: torch.Tensor):
+    """BERT's three problem types, inferred from `num_labels` and the label dtype when `config.problem_type` is
+    unset: regression (MSE), single-label (cross-entropy), multi-label (BCE with logits)."""
+    num_labels = logits.shape[-1]
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        if num_labels == 1:
+            return MSELoss()(logits.squeeze(-1).float(), labels.view(-1).float())
+        return MSELoss()(logits.float(), labels.float())
+    if config.problem_type == "single_label_classification":
+        return CrossEntropyLoss()(logits.view(-1, num_labels).float(), labels.view(-1))
+    if config.problem_type == "multi_label_classification":
+        return BCEWithLogitsLoss()(logits.float(), labels.float())
+    raise ValueError(f"Unknown `problem_type` {config.problem_type!r}.")
+
+
+def _classifier_dropout(config: SinusoidalEncoderConfig) -> float:
+    return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedModel):
+    """The encoder with a pooled classification or regression head (`config.problem_type` as in BERT)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = SinusoidalEncoderModel(config)
+        self.pooler = SinusoidalEncoderPooler(config)
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
+        r"""labels (`(batch_size,)`, or `(batch_size, num_labels)` floats for multi-label): targets; the problem type
+        follows `config.problem_type` or is inferred as in BERT."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        pooled = self.pooler(outputs.last_hidden_state, attention_mask)  # (B, d)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        loss = _sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
+    """The encoder with a per-token classification head (named-entity recognition, tagging)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = SinusoidalEncoderModel(config)
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
+        r"""labels (`(batch_size, seq_len)`): a class per token, -100 where no loss is wanted."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
+        output = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
+    """The encoder with an extractive question-answering head: start and end logits over the tokens."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.model = SinusoidalEncoderModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput | tuple[torch.Tensor, ...]:
+        r"""start_positions, end_positions (`(batch_size,)`): token indices of the answer span; positions outside the
+        sequence are ignored in the loss (as in BERT)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))  # 2 × (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            ignored_index = start_logits.shape[1]
+            start_positions = start_positions.view(-1).clamp(0, ignored_index)
+            end_positions = end_positions.view(-1).clamp(0, ignored_index)
+            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+            loss = (loss_fct(start_logits.float(), start_positions) + loss_fct(end_logits.float(), end_positions)) / 2
+        output = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
+    """The encoder scoring each of several choices with the pooled head; inputs are `(batch, num_choices, seq_len)`."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.model = SinusoidalEncoderModel(config)
+        self.pooler = SinusoidalEncoderPooler(config)
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput | tuple[torch.Tensor, ...]:
+        r"""input_ids, attention_mask, position_ids (`(batch_size, num_choices, seq_len)`); inputs_embeds
+        (`(batch_size, num_choices, seq_len, hidden_size)`); labels (`(batch_size,)`): index of the right choice."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if reference is None or reference.dim() < 3:
+            raise ValueError("`input_ids` (or `inputs_embeds`) must have shape (batch_size, num_choices, seq_len).")
+        num_choices = reference.shape[1]
+
+        def flat(tensor: torch.Tensor | None, trailing: int) -> torch.Tensor | None:
+            # (B, C, T, ...) -> (B*C, T, ...)
+            return None if tensor is None else tensor.reshape(-1, *tensor.shape[tensor.dim() - trailing :])
+
+        outputs = self.model(
+            flat(input_ids, 1),
+            attention_mask=flat(attention_mask, 1),
+            position_ids=flat(position_ids, 1),
+            inputs_embeds=flat(inputs_embeds, 2),
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+        pooled = self.pooler(outputs.last_hidden_state, flat(attention_mask, 1))  # (B*C, d)
+        logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)  # (B, C)
+        loss = CrossEntropyLoss()(logits.float(), labels.view(-1)) if labels is not None else None
+        output = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
+__all__ = [
+    "SinusoidalEncoderForMaskedLM",
+    "SinusoidalEncoderForMultipleChoice",
+    "SinusoidalEncoderForQuestionAnswering",
+    "SinusoidalEncoderForSequenceClassification",
+    "SinusoidalEncoderForTokenClassification",
+    "SinusoidalEncoderModel",
+    "SinusoidalEncoderPreTrainedModel",
+    "sinusoidal_position_encoding",
+]

@@ -1,0 +1,198 @@
+"""Auto classes, save/load round trips (plain, sharded, bf16), and Hub folders loaded with trust_remote_code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+from conftest import random_ids, tiny_config
+
+import sinusoidal_encoder as se
+
+HEADS = {
+    "AutoModel": se.SinusoidalEncoderModel,
+    "AutoModelForMaskedLM": se.SinusoidalEncoderForMaskedLM,
+    "AutoModelForSequenceClassification": se.SinusoidalEncoderForSequenceClassification,
+    "AutoModelForTokenClassification": se.SinusoidalEncoderForTokenClassification,
+    "AutoModelForQuestionAnswering": se.SinusoidalEncoderForQuestionAnswering,
+    "AutoModelForMultipleChoice": se.SinusoidalEncoderForMultipleChoice,
+}
+
+
+def head_inputs(auto_name: str) -> dict[str, torch.Tensor]:
+    if auto_name == "AutoModelForMultipleChoice":
+        ids = random_ids(6, 9).view(2, 3, 9)
+    else:
+        ids = random_ids(2, 9)
+    mask = torch.ones_like(ids)
+    mask[..., -2:] = 0  # some right padding
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def head_config(**overrides):
+    return tiny_config(num_labels=3, **overrides)
+
+
+def config_dict(config) -> dict:
+    """`to_dict()` less `_name_or_path`, which records where a config was loaded from."""
+    values = config.to_dict()
+    values.pop("_name_or_path", None)
+    return values
+
+
+def outputs_of(model, inputs):
+    with torch.no_grad():
+        out = model(**inputs)
+    return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+def assert_same_model(a, b, inputs):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert sa[key].dtype == sb[key].dtype, key
+        assert torch.equal(sa[key], sb[key]), key
+    assert config_dict(a.config) == config_dict(b.config)
+    oa, ob = outputs_of(a.eval(), inputs), outputs_of(b.eval(), inputs)
+    assert oa.keys() == ob.keys() and oa
+    for key in oa:
+        assert torch.equal(oa[key], ob[key]), key
+
+
+def test_auto_config_knows_the_model_type(tmp_path):
+    config = transformers.AutoConfig.for_model("sinusoidal_encoder", hidden_size=64, num_attention_heads=4)
+    assert isinstance(config, se.SinusoidalEncoderConfig) and config.hidden_size == 64
+    config.save_pretrained(tmp_path)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, se.SinusoidalEncoderConfig)
+    assert config_dict(loaded) == config_dict(config)
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"]["AutoConfig"] == (
+        "configuration_sinusoidal_encoder.SinusoidalEncoderConfig"
+    )
+
+
+@pytest.mark.parametrize("auto_name", list(HEADS))
+@pytest.mark.parametrize("variant", ["plain", "sharded", "bf16"])
+def test_round_trip_through_auto_class(tmp_path, auto_name, variant):
+    auto_class = getattr(transformers, auto_name)
+    model = auto_class.from_config(head_config())
+    assert type(model) is HEADS[auto_name]
+    save_kwargs = {}
+    if variant == "sharded":
+        save_kwargs["max_shard_size"] = "20KB"
+    if variant == "bf16":
+        model = model.to(torch.bfloat16)
+    model.save_pretrained(tmp_path, **save_kwargs)
+    files = sorted(os.listdir(tmp_path))
+    if variant == "sharded":
+        assert "model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 1
+    else:
+        assert "model.safetensors" in files
+    load_kwargs = {"dtype": torch.bfloat16} if variant == "bf16" else {}
+    loaded = auto_class.from_pretrained(tmp_path, **load_kwargs)
+    assert type(loaded) is HEADS[auto_name]
+    if variant == "bf16":
+        assert loaded.dtype == torch.bfloat16
+        # dtype="auto" (the v5 default) reads the bf16 checkpoint as bf16 too
+        assert auto_class.from_pretrained(tmp_path).dtype == torch.bfloat16
+    assert_same_model(model, loaded, head_inputs(auto_name))
+
+
+def test_saved_folder_is_hub_ready(tmp_path):
+    se.SinusoidalEncoderForMaskedLM(head_config()).save_pretrained(tmp_path)
+    files = set(os.listdir(tmp_path))
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_sinusoidal_encoder.py",
+        "configuration_sinusoidal_encoder.py",
+    } <= files
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "sinusoidal_encoder"
+    assert set(config["auto_map"]) == {"AutoConfig", *HEADS}
+    for auto_name, cls in HEADS.items():
+        assert config["auto_map"][auto_name] == f"modeling_sinusoidal_encoder.{cls.__name__}"
+    # the copied code imports nothing from this package or the training code: relative imports among its own files
+    code = (tmp_path / "modeling_sinusoidal_encoder.py").read_text()
+    assert "sinusoidal_encoder import" not in code.replace(".configuration_sinusoidal_encoder import", "")
+    assert "from .configuration_sinusoidal_encoder import" in code
+
+
+HUB_LOADER = textwrap.dedent(
+    """
+    import sys
+    sys.modules["sinusoidal_encoder"] = None  # the package is not installed here: importing it fails
+    try:
+        import sinusoidal_encoder  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("sinusoidal_encoder was importable")
+    import torch, transformers
+    folder, inputs_path, out_path = sys.argv[1:4]
+    jobs = torch.load(inputs_path)
+    results = {}
+    for auto_name, inputs in jobs.items():
+        model = getattr(transformers, auto_name).from_pretrained(f"{folder}/{auto_name}", trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        model.eval()
+        with torch.no_grad():
+            out = model(**inputs)
+        results[auto_name] = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+        results[auto_name]["__class__"] = type(model).__name__
+    torch.save(results, out_path)
+    """
+)
+
+
+def test_hub_folder_loads_with_trust_remote_code_without_the_package(tmp_path):
+    expected, jobs = {}, {}
+    for auto_name, cls in HEADS.items():
+        model = cls(head_config()).eval()
+        model.save_pretrained(tmp_path / auto_name)
+        jobs[auto_name] = head_inputs(auto_name)
+        expected[auto_name] = outputs_of(model, jobs[auto_name])
+    torch.save(jobs, tmp_path / "inputs.pt")
+    script = tmp_path / "load.py"
+    script.write_text(HUB_LOADER)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(tmp_path / "inputs.pt"), str(tmp_path / "out.pt")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = torch.load(tmp_path / "out.pt")
+    for auto_name, cls in HEADS.items():
+        got = results[auto_name]
+        assert got.pop("__class__") == cls.__name__
+        assert got.keys() == expected[auto_name].keys()
+        for key, value in expected[auto_name].items():
+            assert torch.equal(got[key], value), (auto_name, key)
+
+
+def test_folder_without_trust_remote_code_fails_clearly_without_the_package(tmp_path):
+    se.SinusoidalEncoderModel(tiny_config()).save_pretrained(tmp_path / "m")
+    code = (
+        "import sys; sys.modules['sinusoidal_encoder'] = None\n"
+        "import transformers\n"
+        f"transformers.AutoModel.from_pretrained({str(tmp_path / 'm')!r}, trust_remote_code=False)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
+    assert proc.returncode != 0
+    assert "trust_remote_code" in proc.stderr

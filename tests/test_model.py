@@ -1,0 +1,252 @@
+"""The encoder of the paper: attention, feed-forward, residual + LayerNorm, padding, masks, attention backends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_ids, tiny_config
+from torch import nn
+from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+import sinusoidal_encoder as se
+
+
+def torch_reference_encoder(model: se.SinusoidalEncoderModel) -> nn.TransformerEncoder:
+    """`torch.nn.TransformerEncoder` (the paper's layer, as PyTorch ships it) holding our model's weights."""
+    config = model.config
+    layer = nn.TransformerEncoderLayer(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.intermediate_size,
+        dropout=0.0,
+        activation=config.hidden_act,
+        layer_norm_eps=config.layer_norm_eps,
+        batch_first=True,
+        norm_first=config.norm_first,
+    )
+    final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_first else None
+    reference = nn.TransformerEncoder(layer, config.num_hidden_layers, norm=final_norm, enable_nested_tensor=False)
+    with torch.no_grad():
+        for ours, theirs in zip(model.encoder.layers, reference.layers, strict=True):
+            theirs.self_attn.in_proj_weight.copy_(ours.attention.qkv.weight)
+            theirs.self_attn.in_proj_bias.copy_(ours.attention.qkv.bias)
+            theirs.self_attn.out_proj.weight.copy_(ours.attention.out_proj.weight)
+            theirs.self_attn.out_proj.bias.copy_(ours.attention.out_proj.bias)
+            theirs.linear1.load_state_dict(ours.feed_forward.dense_in.state_dict())
+            theirs.linear2.load_state_dict(ours.feed_forward.dense_out.state_dict())
+            theirs.norm1.load_state_dict(ours.attention_norm.state_dict())
+            theirs.norm2.load_state_dict(ours.feed_forward_norm.state_dict())
+        if final_norm is not None:
+            final_norm.load_state_dict(model.encoder.final_norm.state_dict())
+    return reference.eval()
+
+
+def randomize_norms(model):
+    """LayerNorms start at (1, 0); random affine parameters make a parity test see them."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.5, 0.5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_parity_with_torch_transformer_encoder(norm_first, attn_implementation):
+    model = se.SinusoidalEncoderModel(tiny_config(norm_first=norm_first))
+    model.config._attn_implementation = attn_implementation
+    randomize_norms(model)
+    model.eval()
+    reference = torch_reference_encoder(model)
+    ids = random_ids(3, 20)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    mask[2, 7:] = 0
+    with torch.no_grad():
+        ours = model(ids, attention_mask=mask).last_hidden_state
+        theirs = reference(model.embeddings(input_ids=ids), src_key_padding_mask=mask == 0)
+    real = mask.bool()
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+
+
+def test_layer_structure_post_and_pre_ln():
+    post = se.SinusoidalEncoderModel(tiny_config())
+    pre = se.SinusoidalEncoderModel(tiny_config(norm_first=True))
+    assert post.encoder.final_norm is None and isinstance(pre.encoder.final_norm, nn.LayerNorm)
+    layer = post.encoder.layers[0]
+    assert layer.attention.num_heads == 4 and layer.attention.head_dim == 8
+    assert layer.attention.scaling == pytest.approx(8**-0.5)  # softmax(QKᵀ/√d_k)V
+    assert layer.attention.is_causal is False
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_eager_and_sdpa_agree(norm_first, padded):
+    eager = AutoModelForMaskedLM.from_config(tiny_config(norm_first=norm_first), attn_implementation="eager").eval()
+    sdpa = AutoModelForMaskedLM.from_config(tiny_config(norm_first=norm_first), attn_implementation="sdpa").eval()
+    sdpa.load_state_dict(eager.state_dict())
+    assert eager.config._attn_implementation == "eager" and sdpa.config._attn_implementation == "sdpa"
+    ids = random_ids(4, 33)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, 10:] = 0
+        mask[3, 30:] = 0
+    with torch.no_grad():
+        a = eager(ids, attention_mask=mask).logits
+        b = sdpa(ids, attention_mask=mask).logits
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_flash_attention_2_is_declared_and_dispatched_through_the_interface(monkeypatch):
+    """flash-attn cannot run on this CPU: put a stand-in under its name in transformers' attention registry and check
+    that our layers call it with the flash calling convention (2-D padding mask, non-causal module) and that the
+    result equals sdpa's when the stand-in computes attention from that 2-D mask."""
+    assert se.SinusoidalEncoderPreTrainedModel._supports_flash_attn
+    calls = []
+
+    def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+        calls.append((attention_mask.shape if attention_mask is not None else None, module.is_causal))
+        keep = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
+        out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scaling)
+        return out.transpose(1, 2), None  # (B, T, nh, hs), as flash returns it
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "flash_attention_2", flash_stand_in)
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    ids = random_ids(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+        model.config._attn_implementation = "flash_attention_2"
+        got = model(ids, attention_mask=mask).last_hidden_state
+    assert calls == [((2, 12), False)] * 2  # once per layer, with the (B, T) mask flash-attn unpads with
+    torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_custom_attention_function_registered_with_transformers_is_used():
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        seen.append(query.shape)
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("spy_for_test", spy)
+    model = AutoModel.from_config(tiny_config(), attn_implementation="spy_for_test").eval()
+    with torch.no_grad():
+        model(random_ids(2, 6))
+    assert seen == [torch.Size([2, 4, 6, 8])] * 2  # (B, nh, T, hs) per layer
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_output_attentions_hidden_states_and_tuples(attn_implementation):
+    model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation).eval()
+    ids = random_ids(2, 10)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+        as_tuple = model(
+            ids, attention_mask=mask, output_attentions=True, output_hidden_states=True, return_dict=False
+        )
+    assert len(out.attentions) == 2 and len(out.hidden_states) == 3
+    for probs in out.attentions:
+        assert probs.shape == (2, 4, 10, 10)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 10))
+        assert probs[1, :, :, 6:].abs().max() == 0  # nobody attends to padding
+    assert torch.equal(out.hidden_states[0], model.embeddings(input_ids=ids))
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 3
+    assert torch.equal(as_tuple[0], out.last_hidden_state)
+    plain = model(ids)
+    assert plain.attentions is None and plain.hidden_states is None
+
+
+def test_output_attentions_from_config_and_heads_return_tuples():
+    model = se.SinusoidalEncoderForSequenceClassification(tiny_config(num_labels=2, output_hidden_states=True)).eval()
+    out = model(random_ids(2, 5), labels=torch.tensor([0, 1]), return_dict=False)
+    loss, logits, hidden_states = out
+    assert loss.ndim == 0 and logits.shape == (2, 2) and len(hidden_states) == 3
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_gradient_checkpointing_gives_the_same_gradients(norm_first):
+    config = tiny_config(norm_first=norm_first, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    model = se.SinusoidalEncoderForMaskedLM(config).train()
+    ids = random_ids(2, 16)
+    labels = ids.clone()
+    labels[:, ::3] = -100
+
+    def gradients():
+        model.zero_grad()
+        torch.manual_seed(123)  # same dropout masks in both runs
+        model(ids, labels=labels).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    plain = gradients()
+    if hasattr(model, "activation_checkpointing_enable"):  # the name in transformers >= 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert all(layer.gradient_checkpointing for layer in model.model.encoder.layers)
+    checkpointed = gradients()
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_right_padding_does_not_change_real_tokens(attn_implementation):
+    model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation).eval()
+    ids = random_ids(1, 9)
+    padded = torch.cat([ids, torch.zeros(1, 7, dtype=torch.long)], dim=1)
+    mask = torch.cat([torch.ones(1, 9), torch.zeros(1, 7)], dim=1).long()
+    with torch.no_grad():
+        alone = model(ids).last_hidden_state
+        with_padding = model(padded, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(with_padding[:, :9], alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_fully_masked_row_is_finite(attn_implementation):
+    model = AutoModelForMaskedLM.from_config(tiny_config(), attn_implementation=attn_implementation)
+    model.eval()
+    ids = random_ids(2, 8)
+    mask = torch.ones_like(ids)
+    mask[1] = 0
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, output_hidden_states=True)
+    assert torch.isfinite(out.logits).all()
+    assert all(torch.isfinite(h).all() for h in out.hidden_states)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_left_padding_with_position_ids_equals_right_padding(attn_implementation):
+    model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation).eval()
+    lengths = [10, 6, 3]
+    width = max(lengths)
+    seqs = [random_ids(1, n, seed=n)[0] for n in lengths]
+    right = torch.zeros(3, width, dtype=torch.long)
+    left = torch.zeros(3, width, dtype=torch.long)
+    right_mask = torch.zeros(3, width, dtype=torch.long)
+    left_mask = torch.zeros(3, width, dtype=torch.long)
+    left_positions = torch.zeros(3, width, dtype=torch.long)
+    for row, (seq, n) in enumerate(zip(seqs, lengths, strict=True)):
+        right[row, :n], right_mask[row, :n] = seq, 1
+        left[row, width - n :], left_mask[row, width - n :] = seq, 1
+        left_positions[row, width - n :] = torch.arange(n)
+    with torch.no_grad():
+        r = model(right, attention_mask=right_mask).last_hidden_state
+        l_ = model(left, attention_mask=left_mask, position_ids=left_positions).last_hidden_state
+    torch.testing.assert_close(l_[left_mask.bool()], r[right_mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_is_active_in_training_only():
+    model = se.SinusoidalEncoderModel(tiny_config(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3))
+    ids = random_ids(2, 12)
+    model.train()
+    assert not torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+    embedded = model.embeddings(input_ids=ids)
+    assert (embedded == 0).float().mean() > 0.1  # dropout on the sum of embeddings and encoding
+    model.eval()
+    assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)

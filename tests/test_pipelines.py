@@ -1,0 +1,109 @@
+"""transformers pipelines from a saved folder (model + tokenizer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import pipeline
+
+import sinusoidal_encoder as se
+
+LABELS = {0: "NEGATIVE", 1: "POSITIVE"}
+TAGS = {0: "O", 1: "B-THING", 2: "I-THING"}
+
+
+def save(tmp_path, cls, tokenizer, **config_overrides):
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **config_overrides)
+    cls(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_fill_mask(tmp_path, tokenizer):
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    fill = pipeline("fill-mask", model=folder)
+    results = fill(f"The function returns a {tokenizer.mask_token} value.", top_k=3)
+    assert len(results) == 3
+    assert all(r["token"] < len(tokenizer) and "[MASK]" not in r["sequence"] for r in results)
+    assert results[0]["score"] >= results[1]["score"] >= results[2]["score"]
+
+
+def test_feature_extraction(tmp_path, tokenizer):
+    folder = save(tmp_path, se.SinusoidalEncoderModel, tokenizer)
+    extract = pipeline("feature-extraction", model=folder)
+    text = "Sinusoidal position encodings."
+    features = torch.tensor(extract(text))
+    n_tokens = len(tokenizer(text)["input_ids"])
+    assert features.shape == (1, n_tokens, 32)
+    model = se.SinusoidalEncoderModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        direct = model(**tokenizer(text, return_tensors="pt")).last_hidden_state
+    torch.testing.assert_close(features, direct)
+
+
+def test_text_classification(tmp_path, tokenizer):
+    folder = save(
+        tmp_path,
+        se.SinusoidalEncoderForSequenceClassification,
+        tokenizer,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
+    )
+    classify = pipeline("text-classification", model=folder)
+    results = classify(["A fine day.", "Errors everywhere, and a much longer sentence to pad the batch."], top_k=None)
+    for scores in results:
+        assert {r["label"] for r in scores} == set(LABELS.values())
+        assert sum(r["score"] for r in scores) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_token_classification(tmp_path, tokenizer):
+    folder = save(
+        tmp_path,
+        se.SinusoidalEncoderForTokenClassification,
+        tokenizer,
+        id2label=TAGS,
+        label2id={v: k for k, v in TAGS.items()},
+    )
+    tag = pipeline("token-classification", model=folder, aggregation_strategy="none", ignore_labels=[])
+    text = "import the module"
+    entities = tag(text)
+    assert entities and {e["entity"] for e in entities} <= set(TAGS.values())
+    assert len(entities) >= 3  # one per word piece of "import the module" at least
+    for e in entities:  # offsets point into the text
+        assert 0 <= e["start"] < e["end"] <= len(text)
+        assert text[e["start"] : e["end"]].strip()
+
+
+def best_span(start_logits, end_logits, allowed, max_answer_tokens=15):
+    """The (start, end) token pair maximising start + end logits with start <= end, inside `allowed` tokens."""
+    scores = start_logits[:, None] + end_logits[None, :]  # (T, T)
+    n = scores.shape[0]
+    valid = torch.ones(n, n, dtype=torch.bool).triu() & ~torch.ones(n, n, dtype=torch.bool).triu(max_answer_tokens)
+    valid &= allowed[:, None] & allowed[None, :]
+    flat = scores.masked_fill(~valid, float("-inf")).argmax()
+    return divmod(flat.item(), n)
+
+
+def test_question_answering(tmp_path, tokenizer):
+    """transformers 5 removed the question-answering pipeline (`REMOVED_TASKS` in transformers/pipelines): this
+    does what it did, with the fast tokenizer's offsets, and runs the pipeline too where transformers still has it."""
+    folder = save(tmp_path, se.SinusoidalEncoderForQuestionAnswering, tokenizer)
+    model = se.SinusoidalEncoderForQuestionAnswering.from_pretrained(folder).eval()
+    question, context = "What does the encoding use?", "The encoding uses sines and cosines of different frequencies."
+    encoded = tokenizer(question, context, return_offsets_mapping=True, return_tensors="pt")
+    offsets = encoded.pop("offset_mapping")[0]
+    in_context = torch.tensor([s == 1 for s in encoded.sequence_ids(0)])
+    with torch.no_grad():
+        out = model(**encoded)
+    assert out.start_logits.shape == out.end_logits.shape == encoded["input_ids"].shape
+    start, end = best_span(out.start_logits[0], out.end_logits[0], in_context)
+    answer = context[offsets[start][0] : offsets[end][1]]
+    assert in_context[start] and in_context[end] and start <= end
+    assert answer and answer in context
+
+    from transformers.pipelines import SUPPORTED_TASKS
+
+    if "question-answering" in SUPPORTED_TASKS:  # transformers 4.x
+        result = pipeline("question-answering", model=folder)(question=question, context=context)
+        assert result["answer"] == context[result["start"] : result["end"]]
