@@ -1,6 +1,6 @@
 """Build a small sinusoidal encoder, save it as a Hub-ready folder, and load it back through AutoModel.
 
-    python training/quickstart.py --output_dir outputs/quickstart
+python training/quickstart.py --output_dir outputs/quickstart
 """
 
 from __future__ import annotations
