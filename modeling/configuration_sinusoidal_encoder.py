@@ -55,6 +55,9 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         norm_first (`bool`, defaults to `False`): `False` is the paper's post-LN layer (LayerNorm after each residual
             sum); `True` is pre-LN (LayerNorm before each sub-layer, plus a final LayerNorm).
         tie_word_embeddings (`bool`, defaults to `True`): share the masked-LM decoder weight with the token embeddings.
+        sparse_prediction (`bool`, defaults to `False`): when the masked-LM model gets `labels`, project to the
+            vocabulary only at the positions that have a label (not -100): `logits` then has shape
+            `(num_labelled_tokens, vocab_size)`, in row-major order of those positions. Same loss, far less compute.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -81,6 +84,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         scale_embeddings: bool = True,
         norm_first: bool = False,
         tie_word_embeddings: bool = True,
+        sparse_prediction: bool = False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -101,6 +105,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.scale_embeddings = scale_embeddings
         self.norm_first = norm_first
         self.tie_word_embeddings = tie_word_embeddings
+        self.sparse_prediction = sparse_prediction
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
         self.check()

@@ -484,7 +484,8 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple[torch.Tensor, ...]:
-        r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere."""
+        r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere. With
+        `config.sparse_prediction`, `logits` then covers only the labelled positions: `(num_labelled, vocab_size)`."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.model(
             input_ids,
@@ -496,10 +497,14 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        hidden_states = outputs.last_hidden_state  # (B, T, d)
+        if labels is not None and self.config.sparse_prediction:
+            keep = labels != -100  # (B, T)
+            hidden_states, labels = hidden_states[keep], labels[keep]  # (N, d), (N,)
+        logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -40,38 +41,25 @@ def _seed():
     torch.manual_seed(0)
 
 
-SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED_TOKENIZER = REPO / "tokenizer_config"
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """A small byte-level BPE trained here with the `tokenizers` library on the Python documentation topics that ship
-    with CPython (real English text, offline), wrapped as a transformers fast tokenizer."""
+    """The tokenizer the repository ships (trained on the built-in corpus by training/train_tokenizer.py)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+
+
+def write_text_corpus(folder: Path, n_train: int = 40, n_validation: int = 12) -> tuple[Path, Path]:
+    """Small train/validation .txt files of real text (Python documentation topics, one per line)."""
     from pydoc_data.topics import topics
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE * 4, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(list(topics.values()), trainer=trainer)
-    cls_id, sep_id = bpe.token_to_id("[CLS]"), bpe.token_to_id("[SEP]")
-    bpe.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=64,
-        model_input_names=["input_ids", "attention_mask"],
-    )
+    docs = [" ".join(text.split()) for _, text in sorted(topics.items())]
+    folder.mkdir(parents=True, exist_ok=True)
+    train, validation = folder / "train.txt", folder / "validation.txt"
+    train.write_text("\n".join(docs[:n_train]) + "\n")
+    validation.write_text("\n".join(docs[n_train : n_train + n_validation]) + "\n")
+    return train, validation

@@ -1,0 +1,183 @@
+"""Corpus loading (built-in, local files in every format, a dataset by name, streaming), packing and masking."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import datasets
+import pytest
+import torch
+from conftest import write_text_corpus
+
+from sinusoidal_encoder.training import corpus
+from sinusoidal_encoder.training.data import (
+    IndexedExamples,
+    IndexedStream,
+    KeyedMaskingCollator,
+    add_data_arguments,
+    load_raw_datasets,
+    tokenize_and_pack,
+)
+
+
+def data_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_data_arguments(parser)
+    parser.add_argument("--seed", type=int, default=42)
+    return parser.parse_args(list(argv))
+
+
+def test_builtin_corpus_is_real_offline_text_of_at_least_5_mb():
+    raw = load_raw_datasets(data_args())
+    assert isinstance(raw, datasets.DatasetDict) and set(raw) == {"train", "validation"}
+    sizes = {split: sum(len(t.encode("utf-8")) for t in raw[split]["text"]) for split in raw}
+    assert sizes["train"] + sizes["validation"] >= 5_000_000
+    assert sizes["validation"] > 50_000
+    assert {"python-docs", "python-stdlib", "transformers"} <= set(raw["train"]["source"])
+    # the split is a function of each document's text: deterministic, and disjoint
+    assert all(corpus.is_validation(t) for t in raw["validation"]["text"][:200])
+    assert not any(corpus.is_validation(t) for t in raw["train"]["text"][:200])
+    assert not set(raw["validation"]["text"]) & set(raw["train"]["text"][:2000])
+    # prose, not code: most documents are mostly letters and spaces
+    sample = raw["train"]["text"][:500]
+    letters = sum(sum(c.isalpha() or c.isspace() for c in t) / len(t) > 0.8 for t in sample)
+    assert letters > 0.8 * len(sample)
+
+
+def _write(folder, fmt, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"train.{fmt}"
+    if fmt == "txt":
+        path.write_text("\n".join(r["body"] for r in rows) + "\n")
+    elif fmt == "json":
+        path.write_text(json.dumps(rows))
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        frame = datasets.Dataset.from_list(rows)
+        frame.to_csv(str(path)) if fmt == "csv" else frame.to_parquet(str(path))
+    return path
+
+
+ROWS = [
+    {"id": i, "body": f"Document {i} describes how positions are encoded with sines and cosines."} for i in range(60)
+]
+
+
+@pytest.mark.parametrize("fmt", ["txt", "json", "jsonl", "csv", "parquet"])
+def test_local_files_in_every_format(tmp_path, tokenizer, fmt):
+    path = _write(tmp_path, fmt, ROWS)
+    column = [] if fmt == "txt" else ["--text_column_name", "body"]
+    raw = load_raw_datasets(data_args("--train_file", str(path), "--validation_split_percentage", "10", *column))
+    assert len(raw["train"]) == 54 and len(raw["validation"]) == 6
+    packed = tokenize_and_pack(raw, tokenizer, 16, None if fmt == "txt" else "body")
+    blocks = packed["train"]["input_ids"]
+    assert blocks and all(len(b) == 16 and b[0] == tokenizer.cls_token_id for b in blocks)
+    assert all(tokenizer.pad_token_id not in b for b in blocks)  # packed: no padding anywhere
+    assert sum(b.count(tokenizer.sep_token_id) for b in blocks) >= 40  # documents are separated
+
+
+def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
+    """--dataset_name goes to datasets.load_dataset as a Hub id would; here it names a local dataset folder."""
+    folder = tmp_path / "my_dataset"
+    _write(folder / "data", "jsonl", ROWS)
+    (folder / "data" / "train.jsonl").rename(folder / "data" / "train-00000.jsonl")
+    _write(folder / "val", "jsonl", ROWS[:5])
+    (folder / "val" / "train.jsonl").rename(folder / "data" / "validation-00000.jsonl")
+    raw = load_raw_datasets(data_args("--dataset_name", str(folder), "--text_column_name", "body"))
+    assert len(raw["train"]) == 60 and len(raw["validation"]) == 5
+
+
+def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
+    train, validation = write_text_corpus(tmp_path)
+    argv = ("--train_file", str(train), "--validation_file", str(validation))
+    eager = tokenize_and_pack(load_raw_datasets(data_args(*argv)), tokenizer, 32)
+    streamed = tokenize_and_pack(load_raw_datasets(data_args(*argv, "--streaming")), tokenizer, 32)
+    assert isinstance(streamed["train"], datasets.IterableDataset)
+    assert [row["input_ids"] for row in streamed["train"]] == eager["train"]["input_ids"]
+    stream = list(IndexedStream(streamed["validation"]))
+    assert [row["example_id"] for row in stream] == list(range(len(eager["validation"])))
+
+
+def test_streaming_without_validation_holds_out_the_first_documents(tmp_path):
+    train, _ = write_text_corpus(tmp_path)
+    raw = load_raw_datasets(
+        data_args("--train_file", str(train), "--streaming", "--streaming_validation_examples", "5")
+    )
+    texts = [row["text"] for row in raw["validation"]]
+    assert len(texts) == 5
+    assert next(iter(raw["train"]))["text"] == train.read_text().splitlines()[5]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--train_file", "/nonexistent.txt"), "--train_file"),
+        (("--train_file", "{here}/x.docx"), "extension"),
+        (("--validation_file", "{here}/validation.txt"), "--validation_file needs --train_file"),
+        (("--dataset_name", "x", "--train_file", "{here}/train.txt"), "either --dataset_name"),
+        (("--train_file", "{here}/train.txt", "--text_column_name", "nope"), "--text_column_name"),
+        (("--train_file", "{here}/train.txt", "--validation_split_percentage", "0"), "--validation_split_percentage"),
+    ],
+)
+def test_bad_data_flags_name_the_flag(tmp_path, tokenizer, argv, message):
+    write_text_corpus(tmp_path)
+    (tmp_path / "x.docx").write_text("x")
+    args = data_args(*(a.format(here=tmp_path) for a in argv))
+    with pytest.raises(ValueError, match=message):
+        tokenize_and_pack(load_raw_datasets(args), tokenizer, 32, args.text_column_name)
+
+
+def test_a_column_that_is_not_text_is_refused(tmp_path, tokenizer):
+    path = _write(tmp_path, "jsonl", ROWS)
+    args = data_args("--train_file", str(path), "--text_column_name", "id")
+    with pytest.raises(ValueError, match="not text"):
+        tokenize_and_pack(load_raw_datasets(args), tokenizer, 16, args.text_column_name)
+
+
+def test_an_empty_corpus_after_filtering_is_refused(tmp_path, tokenizer):
+    (tmp_path / "blank.txt").write_text("\n   \n\t\n" * 50)
+    (tmp_path / "short.txt").write_text("A few words only.\n" * 3)
+    for name in ("blank.txt", "short.txt"):
+        args = data_args("--train_file", str(tmp_path / name), "--validation_file", str(tmp_path / name))
+        with pytest.raises(ValueError, match="no complete block"):
+            tokenize_and_pack(load_raw_datasets(args), tokenizer, 64)
+
+
+@pytest.mark.parametrize("fmt", ["json", "parquet", "csv"])
+def test_a_malformed_file_names_the_flag(tmp_path, fmt):
+    path = tmp_path / f"train.{fmt}"
+    path.write_bytes(b"\x00\xff\xfe not a " + fmt.encode() + b" file {[\n" * 3)
+    with pytest.raises(ValueError, match="--train_file"):
+        load_raw_datasets(data_args("--train_file", str(path)))
+
+
+def test_a_folder_is_not_a_file(tmp_path):
+    (tmp_path / "folder.txt").mkdir()
+    with pytest.raises(ValueError, match="not a file"):
+        load_raw_datasets(data_args("--train_file", str(tmp_path / "folder.txt")))
+
+
+def test_masks_are_keyed_by_seed_epoch_and_example(tokenizer):
+    blocks = [[tokenizer.cls_token_id, *range(10, 73)] for _ in range(6)]
+    dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": blocks}))
+    masking = KeyedMaskingCollator(tokenizer, 0.15, seed=1)
+    whole = masking([dataset[i] for i in range(6)])
+    halves = [masking([dataset[i] for i in part]) for part in ([0, 1, 2], [3, 4, 5])]
+    # the same masks whatever the batching (so whatever the number of processes or where a run resumed)
+    assert torch.equal(whole["labels"], torch.cat([h["labels"] for h in halves]))
+    assert torch.equal(whole["input_ids"], torch.cat([h["input_ids"] for h in halves]))
+    masked = whole["labels"] != -100
+    assert 0.05 < masked.float().mean() < 0.3
+    assert not masked[:, 0].any()  # special tokens are never masked
+    assert torch.equal(whole["labels"][masked], torch.tensor(blocks)[masked])
+    assert (whole["input_ids"][masked] == tokenizer.mask_token_id).float().mean() > 0.5  # mostly [MASK]
+    # rows with identical tokens get different masks; another epoch (or seed) masks differently
+    assert not torch.equal(whole["labels"][0], whole["labels"][1])
+    masking.epoch = 1
+    assert not torch.equal(masking([dataset[0]])["labels"], whole["labels"][:1])
+    eval_masking = KeyedMaskingCollator(tokenizer, 0.15, seed=1, epoch="eval")
+    assert torch.equal(eval_masking([dataset[2]])["labels"], eval_masking([dataset[2]])["labels"])
+    with pytest.raises(ValueError, match="mlm_probability"):
+        KeyedMaskingCollator(tokenizer, 1.5, seed=1)

@@ -1,0 +1,321 @@
+"""training/pretrain.py end to end: the exported folder, exact resume after SIGKILL, data parallelism, tracking,
+publishing, and flag errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, write_text_corpus
+from safetensors.torch import load_file
+
+PRETRAIN = str(REPO / "training" / "pretrain.py")
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+TINY = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_text_corpus(tmp_path_factory.mktemp("corpus"), n_train=25, n_validation=6)
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """About 100 blocks of 32 tokens: a few optimizer steps per epoch."""
+    train, validation = write_text_corpus(tmp_path_factory.mktemp("small"), n_train=25, n_validation=6)
+    train.write_text("\n".join(line[:1500] for line in train.read_text().splitlines()[:8]) + "\n")
+    return train, validation
+
+
+def pretrain_cmd(corpus, output_dir, *extra, launcher=()):
+    train, validation = corpus
+    return [
+        *(launcher or [sys.executable]),
+        PRETRAIN,
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        "--config_name",
+        "tiny",
+        "--config_overrides",
+        TINY,
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--per_device_eval_batch_size",
+        "16",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
+
+
+def env(**extra):
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
+
+
+def run(cmd, **extra_env):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env(**extra_env))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def metrics(output_dir):
+    return [json.loads(line) for line in (Path(output_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def weights(output_dir):
+    return load_file(str(Path(output_dir) / "model.safetensors"))
+
+
+def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
+    out = tmp_path / "out"
+    proc = run(
+        pretrain_cmd(
+            corpus, out, "--max_train_steps", "6", "--eval_steps", "3", "--with_tracking", "--report_to", "tensorboard"
+        )
+    )
+    assert "***** Running training *****" in proc.stdout
+    for line in ("Training examples", "global batch = 8", "Tokens = 256 per step, 1,536 in all"):
+        assert line in proc.stdout, line
+    files = set(os.listdir(out))
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_sinusoidal_encoder.py",
+        "configuration_sinusoidal_encoder.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "metrics.jsonl",
+    } <= files
+    config = json.loads((out / "config.json").read_text())
+    assert config["max_position_embeddings"] == 32 and config["sparse_prediction"] is False
+    assert config["hidden_size"] == 32 and "AutoModelForMaskedLM" in config["auto_map"]
+    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    logged = metrics(out)
+    train_steps = [m["step"] for m in logged if "train_loss" in m]
+    assert train_steps == [1, 2, 3, 4, 5, 6]
+    assert all(m["tokens_per_second"] > 0 and m["learning_rate"] >= 0 for m in logged if "train_loss" in m)
+    evals = [m for m in logged if "eval_loss" in m]
+    assert [m["step"] for m in evals] == [3, 6]
+    assert evals[0]["eval_masked_tokens"] == evals[1]["eval_masked_tokens"]  # the same masks at every evaluation
+    assert evals[-1]["eval_perplexity"] == pytest.approx(torch.tensor(evals[-1]["eval_loss"]).exp().item())
+    assert list(out.glob("pretrain/**/events.out.tfevents.*")) or list(out.glob("**/events.out.tfevents.*"))
+    # the model card: YAML metadata and the figures of this run
+    card = (out / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["library_name"] == "transformers" and front["pipeline_tag"] == "fill-mask"
+    result = front["model-index"][0]["results"][0]["metrics"]
+    assert {m["type"] for m in result} == {"loss", "perplexity"}
+    assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
+    assert "trust_remote_code=True" in card
+    # loads with AutoModel in a fresh process, and fills masks
+    script = (
+        "import sinusoidal_encoder, sys\n"
+        "from transformers import AutoModel, pipeline\n"
+        "print(type(AutoModel.from_pretrained(sys.argv[1])).__name__)\n"
+        "print(pipeline('fill-mask', model=sys.argv[1])('The value is [MASK].', top_k=1)[0]['token_str'])\n"
+    )
+    loaded = run([sys.executable, "-c", script, str(out)])
+    assert loaded.stdout.splitlines()[0] == "SinusoidalEncoderModel"
+
+
+def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
+    """SIGKILL a run (gradient accumulation, dropout, several epochs) after a checkpoint; resuming with
+    `--resume_from_checkpoint latest` ends with exactly the weights of the uninterrupted run."""
+    common = (
+        "--max_train_steps",
+        "40",
+        "--gradient_accumulation_steps",
+        "2",
+        "--checkpointing_steps",
+        "3",
+        "--checkpoints_total_limit",
+        "2",
+        "--config_overrides",
+        TINY + ",hidden_dropout_prob=0.1",
+    )
+    corpus = small_corpus
+    reference = tmp_path / "reference"
+    run(pretrain_cmd(corpus, reference, *common))
+    epochs = {m["epoch"] for m in metrics(reference) if "epoch" in m}
+    assert len(epochs) >= 2  # the run crosses epoch boundaries
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        pretrain_cmd(corpus, killed, *common), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while not (killed / "checkpoints" / "step_9").exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "model.safetensors").exists()  # it really died before the end
+    steps = sorted(int(p.name.split("_")[1]) for p in (killed / "checkpoints").glob("step_*"))
+    assert steps[-1] >= 9
+
+    resumed = run(pretrain_cmd(corpus, killed, *common, "--resume_from_checkpoint", "latest"))
+    assert "Resuming from" in resumed.stdout
+    steps = sorted(int(p.name.split("_")[1]) for p in (killed / "checkpoints").glob("step_*"))
+    assert steps == [36, 39]  # --checkpoints_total_limit 2
+    expected, got = weights(reference), weights(killed)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+    # the metrics log reads as one uninterrupted run
+    assert [m["step"] for m in metrics(killed) if "train_loss" in m] == list(range(1, 41))
+    assert [m["train_loss"] for m in metrics(killed) if "train_loss" in m] == [
+        m["train_loss"] for m in metrics(reference) if "train_loss" in m
+    ]
+
+
+def test_an_interrupted_checkpoint_save_is_never_picked(tmp_path, corpus):
+    out = tmp_path / "out"
+    run(pretrain_cmd(corpus, out, "--max_train_steps", "4", "--checkpointing_steps", "2"))
+    broken = out / "checkpoints" / ".incomplete-step_6"
+    broken.mkdir()
+    (broken / "model.safetensors").write_text("half written")
+    proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "6", "--resume_from_checkpoint", "latest"))
+    assert f"Resuming from {out / 'checkpoints' / 'step_4'}" in proc.stdout
+
+
+def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
+    """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise."""
+    no_dropout = (
+        TINY + ",hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
+    )  # dropout streams differ per process
+    common = ("--max_train_steps", "5", "--eval_steps", "5", "--config_overrides", no_dropout)
+    one = tmp_path / "one"
+    run(pretrain_cmd(corpus, one, *common, "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8"))
+    two = tmp_path / "two"
+    launcher = (
+        ACCELERATE,
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+    )
+    proc = run(
+        pretrain_cmd(
+            corpus,
+            two,
+            *common,
+            "--per_device_train_batch_size",
+            "4",
+            "--per_device_eval_batch_size",
+            "4",
+            launcher=launcher,
+        ),
+        ACCELERATE_USE_CPU="1",
+    )
+    assert "Processes = 2" in proc.stdout
+    a, b = metrics(one), metrics(two)
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for x, y in zip(a, b, strict=True):
+        for key in ("train_loss", "eval_loss", "learning_rate"):
+            if key in x:
+                assert y[key] == pytest.approx(x[key], rel=1e-4), (x["step"], key)
+        if "eval_masked_tokens" in x:  # every validation block counted once, none twice
+            assert x["eval_masked_tokens"] == y["eval_masked_tokens"]
+
+
+def test_bf16_mixed_precision_through_accelerate_on_cpu(tmp_path, corpus):
+    out = tmp_path / "bf16"
+    launcher = (
+        ACCELERATE,
+        "launch",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "bf16",
+        "--dynamo_backend",
+        "no",
+    )
+    proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "3", launcher=launcher), ACCELERATE_USE_CPU="1")
+    assert "mixed precision = bf16" in proc.stdout
+    assert all(torch.isfinite(torch.tensor(m.get("train_loss", 0.0))) for m in metrics(out))
+    assert all(t.dtype == torch.float32 for t in weights(out).values())  # master weights stay fp32
+
+
+def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, monkeypatch):
+    """The upload is tested offline with a fake HfApi standing in for huggingface_hub's."""
+    import huggingface_hub
+
+    from sinusoidal_encoder.training import pretrain
+
+    calls = []
+
+    class FakeHfApi:
+        def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
+            calls.append(("create_repo", repo_id, private))
+
+        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
+            calls.append(("upload_folder", repo_id, folder_path, tuple(ignore_patterns)))
+            return "https://huggingface.co/fake/commit"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    out = tmp_path / "out"
+    argv = pretrain_cmd(
+        corpus,
+        out,
+        "--max_train_steps",
+        "2",
+        "--checkpointing_steps",
+        "1",
+        "--push_to_hub",
+        "--hub_model_id",
+        "someone/tiny-sinusoidal",
+    )[2:]
+    pretrain.main(argv)
+    assert calls[0] == ("create_repo", "someone/tiny-sinusoidal", False)
+    kind, repo, folder, ignored = calls[1]
+    assert (kind, repo, folder) == ("upload_folder", "someone/tiny-sinusoidal", str(out))
+    assert "checkpoints/*" in ignored and "checkpoints/**" in ignored
+    assert (out / "checkpoints" / "step_2").is_dir() and (out / "README.md").exists()
+    assert "someone/tiny-sinusoidal" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--push_to_hub",), "--hub_model_id"),
+        (("--per_device_train_batch_size", "0"), "--per_device_train_batch_size"),
+        (("--config_overrides", "hidden_size=33"), "hidden_size"),
+        (("--config_overrides", "no_such_field=1"), "no_such_field"),
+        (("--mlm_probability", "0"), "--mlm_probability"),
+        (("--resume_from_checkpoint", "/does/not/exist"), "--resume_from_checkpoint"),
+        (("--max_seq_length", "4"), "--max_seq_length"),
+    ],
+)
+def test_bad_flags_fail_before_training(tmp_path, corpus, extra, message):
+    from sinusoidal_encoder.training import pretrain
+
+    argv = pretrain_cmd(corpus, tmp_path / "out", "--max_train_steps", "1", *extra)[2:]
+    with pytest.raises(ValueError, match=message):
+        pretrain.main(argv)
+    assert not (tmp_path / "out" / "model.safetensors").exists()

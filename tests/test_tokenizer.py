@@ -1,0 +1,95 @@
+"""The shipped tokenizer (tokenizer_config/) and the tokenizer trainer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SHIPPED_TOKENIZER, write_text_corpus
+from transformers import AutoTokenizer
+
+TEXTS = {
+    "ascii": "The sinusoidal encoding is added to the token embeddings.",
+    "emoji": "Family: 👩‍👩‍👧‍👦, flags 🇫🇷🇯🇵, skin tones 👍🏽 and a lone surrogate-free 🙂",
+    "cjk": "位置编码使用正弦和余弦。位置エンコーディングは正弦波を使う。위치 인코딩",
+    "combining": "e\u0301 a\u0308\u0301 Z\u0335\u0321\u0337 n\u0303 \u0915\u094d\u0937",
+    "control": "tab\there\r\nbell\x07 null\x00 escape\x1b[31m red\x1b[0m \x7f del \u200b\u200d\ufeff",
+    "empty": "",
+    "spaces": "   leading, double  spaces, trailing   ",
+    "rtl": "مرحبا بالعالم שלום עולם",
+}
+
+
+def test_shipped_tokenizer_loads_with_auto_tokenizer(tokenizer):
+    assert tokenizer.is_fast
+    for name in ("mask_token", "pad_token", "cls_token", "sep_token", "unk_token"):
+        assert getattr(tokenizer, name) is not None, name
+        assert getattr(tokenizer, f"{name}_id") is not None, name
+    assert len(tokenizer) == 16384
+    assert tokenizer.model_max_length == 512
+    assert tokenizer.model_input_names == ["input_ids", "attention_mask"]
+    encoded = tokenizer("a b")
+    assert encoded["input_ids"][0] == tokenizer.cls_token_id and encoded["input_ids"][-1] == tokenizer.sep_token_id
+    assert "token_type_ids" not in encoded
+    # trained on the built-in corpus: common words of it are single tokens
+    assert len(tokenizer.tokenize(" function returns the")) == 3
+    provenance = json.loads((SHIPPED_TOKENIZER / "training_args.json").read_text())
+    assert "built-in corpus" in provenance["trained_on"]
+
+
+@pytest.mark.parametrize("name", list(TEXTS))
+def test_no_text_is_rejected_or_lost(tokenizer, name):
+    text = TEXTS[name]
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_a_one_megabyte_line_round_trips(tokenizer):
+    line = "".join(TEXTS[k] + " " for k in TEXTS) * 4000
+    line = line[: 1_000_000 - 3] + "end"
+    ids = tokenizer(line, add_special_tokens=False, verbose=False)["input_ids"]
+    assert len(line) == 1_000_000
+    assert tokenizer.decode(ids) == line
+
+
+def test_train_tokenizer_on_a_local_file(tmp_path):
+    train, validation = write_text_corpus(tmp_path / "data")
+    out = tmp_path / "tok"
+    cmd = [
+        sys.executable,
+        str(REPO / "training" / "train_tokenizer.py"),
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        "--vocab_size",
+        "600",
+        "--output_dir",
+        str(out),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained = AutoTokenizer.from_pretrained(out)
+    assert len(trained) == 600 and trained.mask_token == "[MASK]"
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4.x knows too
+    assert saved == {**json.loads((SHIPPED_TOKENIZER / "tokenizer_config.json").read_text())}
+    for text in TEXTS.values():
+        assert trained.decode(trained(text)["input_ids"], skip_special_tokens=True) == text
+
+
+def test_train_tokenizer_rejects_a_tiny_vocabulary(tmp_path):
+    cmd = [
+        sys.executable,
+        str(REPO / "training" / "train_tokenizer.py"),
+        "--vocab_size",
+        "100",
+        "--output_dir",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--vocab_size" in proc.stderr

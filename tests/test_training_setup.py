@@ -1,0 +1,72 @@
+"""Pieces of the training setup: size presets, config overrides, weight-decay groups, accelerate config files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate.commands.config.config_args import load_config_from_file
+from accelerate.utils import DistributedType
+from conftest import REPO, tiny_config
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder.training.engine import parameter_groups
+from sinusoidal_encoder.training.pretrain import MODEL_SIZES, apply_overrides
+
+
+@pytest.mark.parametrize(("size", "low", "high"), [("tiny", 0.3e6, 3e6), ("small", 3e6, 20e6), ("base", 105e6, 115e6)])
+def test_size_presets(size, low, high):
+    config = se.SinusoidalEncoderConfig(vocab_size=30522, **MODEL_SIZES[size])
+    with torch.device("meta"):
+        model = se.SinusoidalEncoderForMaskedLM(config)
+    assert low <= model.num_parameters() <= high  # base: BERT-base dimensions, ~110M with a 30k vocabulary
+
+
+def test_config_overrides_parse_by_field_type():
+    config = tiny_config()
+    apply_overrides(
+        config, "hidden_size=64,num_attention_heads=8,norm_first=true,hidden_dropout_prob=0.2,hidden_act=gelu"
+    )
+    assert (config.hidden_size, config.num_attention_heads, config.norm_first) == (64, 8, True)
+    assert config.hidden_dropout_prob == 0.2 and config.hidden_act == "gelu"
+    for bad, message in [
+        ("hidden_size", "field=value"),
+        ("nope=1", "nope"),
+        ("norm_first=maybe", "norm_first"),
+        ("hidden_size=30,num_attention_heads=4", "num_attention_heads"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            apply_overrides(tiny_config(), bad)
+
+
+def test_weight_decay_by_tensor_rank_with_tied_weights_once():
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config())
+    decay, no_decay = parameter_groups(model, 0.01)
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    everything = decay["params"] + no_decay["params"]
+    assert len({id(p) for p in everything}) == len(everything) == len(list(model.parameters()))
+    assert any(p is model.get_input_embeddings().weight for p in decay["params"])
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "processes"),
+    [
+        ("single_gpu_bf16", DistributedType.NO, 1),
+        ("multi_gpu_ddp", DistributedType.MULTI_GPU, 8),
+        ("multi_node", DistributedType.MULTI_GPU, 16),
+        ("fsdp", DistributedType.FSDP, 8),
+    ],
+)
+def test_accelerate_config_files(name, kind, processes):
+    path = REPO / "training" / "accelerate_configs" / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type == kind and config.num_processes == processes
+    assert config.mixed_precision == "bf16"
+    assert f"accelerate launch --config_file training/accelerate_configs/{name}.yaml" in path.read_text()
+    if name == "fsdp":
+        fsdp = config.fsdp_config
+        assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "SinusoidalEncoderLayer"
+        assert fsdp["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
+        assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    if name == "multi_node":
+        assert config.num_machines == 2

@@ -1,0 +1,1 @@
+"""Training scripts: pretraining, tokenizer training and their shared pieces (`sinusoidal_encoder.training`)."""

@@ -1,0 +1,104 @@
+"""Render `model_card.md` (a Jinja template at the top of the repository) into an exported folder's README.md with
+huggingface_hub's `ModelCard`, with YAML metadata the Hub reads (licence, library, pipeline tag, datasets,
+model-index with the evaluation results)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_card.md")
+
+TASKS = {
+    "fill-mask": ("AutoModelForMaskedLM", "pretrained by masked language modelling", "Fill-Mask"),
+    "text-classification": (
+        "AutoModelForSequenceClassification",
+        "fine-tuned for sequence classification",
+        "Text Classification",
+    ),
+    "token-classification": (
+        "AutoModelForTokenClassification",
+        "fine-tuned for token classification",
+        "Token Classification",
+    ),
+    "feature-extraction": ("AutoModel", "an encoder", "Feature Extraction"),
+}
+
+
+def render_model_card(
+    model,
+    output_dir: str,
+    *,
+    pipeline_tag: str,
+    training_data: str,
+    training_procedure: str,
+    metrics: dict[str, float],
+    dataset_id: str | None = None,
+    dataset_name: str | None = None,
+    model_id: str | None = None,
+    base_model: str | None = None,
+    intended_uses: str | None = None,
+    usage_example: str = "",
+    extra_tags: tuple[str, ...] = (),
+) -> str:
+    """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
+    values measured on the evaluation split; they go to the card's text and to its model-index."""
+    config = model.config
+    auto_class, task_summary, task_name = TASKS[pipeline_tag]
+    model_id = model_id or os.path.basename(os.path.abspath(output_dir))
+    eval_results = [
+        EvalResult(
+            task_type=pipeline_tag,
+            task_name=task_name,
+            dataset_type=dataset_id or "builtin-python-docs",
+            dataset_name=dataset_name or dataset_id or "built-in Python documentation corpus",
+            dataset_split="validation",
+            metric_type=name,
+            metric_name=name,
+            metric_value=round(float(value), 4),
+        )
+        for name, value in metrics.items()
+    ]
+    card_data = ModelCardData(
+        language=["en"],
+        license="apache-2.0",
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=["sinusoidal-encoder", "sinusoidal-position-encoding", "encoder", *extra_tags],
+        datasets=[dataset_id] if dataset_id else None,
+        base_model=base_model,
+        model_name=model_id,
+        eval_results=eval_results or None,
+    )
+    evaluation = "\n".join(f"- {name}: {value:.4f}" for name, value in metrics.items()) or "Not evaluated."
+    num_parameters = model.num_parameters()
+    values: dict[str, Any] = {
+        "model_id": model_id,
+        "model_name": model_id,
+        "task_summary": task_summary,
+        "auto_class": auto_class,
+        "base": f"{config.position_encoding_base:g}",
+        "num_layers": config.num_hidden_layers,
+        "norm_style": "pre-LN, with a final LayerNorm" if config.norm_first else "post-LN, as in the paper",
+        "num_parameters": f"{num_parameters / 1e6:.1f}M",
+        "hidden_size": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act,
+        "vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_position_embeddings,
+        "intended_uses": intended_uses
+        or "A masked-language model: fill in masked tokens, or fine-tune it for classification, tagging or "
+        "extractive question answering, or use its hidden states as features.",
+        "size_note": f"This is a small model ({num_parameters / 1e6:.1f}M parameters) trained on little data: "
+        "a starting point for experiments and fine-tuning, not a general-purpose language model.",
+        "usage_example": usage_example,
+        "training_data": training_data,
+        "training_procedure": training_procedure,
+        "evaluation": evaluation,
+    }
+    card = ModelCard.from_template(card_data, template_path=TEMPLATE, **values)
+    card.save(os.path.join(output_dir, "README.md"))
+    return str(card)

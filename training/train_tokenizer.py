@@ -1,0 +1,97 @@
+"""Train a byte-level BPE tokenizer with the `tokenizers` library on any corpus the pretraining script accepts.
+
+    python training/train_tokenizer.py --output_dir tokenizer_config                  # the built-in corpus
+    python training/train_tokenizer.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \\
+        --vocab_size 30522 --output_dir my-tokenizer
+
+Byte-level BPE never rejects or loses text: every Unicode string is encoded through its UTF-8 bytes, and
+decode(encode(text)) gives it back exactly (no normalisation, no cleanup of spaces). The result is a transformers
+fast tokenizer folder (tokenizer.json, tokenizer_config.json, special tokens) that `AutoTokenizer.from_pretrained`
+loads, with [CLS] ... [SEP] (and [CLS] A [SEP] B [SEP] for pairs) added around inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from sinusoidal_encoder.training.data import add_data_arguments, iterate_texts, load_raw_datasets, text_column
+
+SPECIAL_TOKENS = {
+    "pad_token": "[PAD]",
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_arguments(parser)
+    parser.add_argument("--output_dir", required=True, help="Where the tokenizer folder is written.")
+    parser.add_argument("--vocab_size", type=int, default=16384, help="Vocabulary size, special tokens included.")
+    parser.add_argument("--min_frequency", type=int, default=2, help="Minimum count of a pair to be merged.")
+    parser.add_argument(
+        "--model_max_length", type=int, default=512, help="The sequence length models trained with it are run at."
+    )
+    parser.add_argument("--seed", type=int, default=42, help="Seed of the validation split of a dataset without one.")
+    args = parser.parse_args(argv)
+    if args.vocab_size <= len(SPECIAL_TOKENS) + 256:
+        raise ValueError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
+    return args
+
+
+def build_tokenizer(texts, vocab_size: int, min_frequency: int, model_max_length: int) -> PreTrainedTokenizerFast:
+    """Train byte-level BPE on an iterator of text batches and wrap it as a transformers fast tokenizer."""
+    bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(texts, trainer=trainer)
+    cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
+    bpe.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, bpe.token_to_id(cls)), (sep, bpe.token_to_id(sep))],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        model_max_length=model_max_length,
+        model_input_names=["input_ids", "attention_mask"],
+        clean_up_tokenization_spaces=False,
+        **SPECIAL_TOKENS,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    raw = load_raw_datasets(args)
+    column = text_column(raw["train"], args.text_column_name)
+    tokenizer = build_tokenizer(iterate_texts(raw, column), args.vocab_size, args.min_frequency, args.model_max_length)
+    tokenizer.save_pretrained(args.output_dir)
+    # transformers 5 writes its own class name, which 4.x does not know; this alias loads on both
+    config_path = os.path.join(args.output_dir, "tokenizer_config.json")
+    with open(config_path) as handle:
+        tokenizer_config = json.load(handle)
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    with open(config_path, "w") as handle:
+        json.dump(tokenizer_config, handle, indent=2)
+    source = args.dataset_name or args.train_file or "the built-in corpus (training/corpus.py)"
+    with open(os.path.join(args.output_dir, "training_args.json"), "w") as handle:
+        json.dump({**vars(args), "trained_on": source, "vocab_size_trained": len(tokenizer)}, handle, indent=2)
+    print(f"trained a byte-level BPE of {len(tokenizer):,} tokens on {source}; saved to {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
