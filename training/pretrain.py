@@ -12,19 +12,14 @@ tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to 
 from __future__ import annotations
 
 import argparse
-import math
-import time
-from itertools import islice
 
 import datasets
 import torch
 import transformers
 from accelerate import Accelerator
 from accelerate.logging import get_logger
-from accelerate.utils import GradientAccumulationPlugin, set_seed
 from torch.nn import functional as F
-from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, get_scheduler
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
 import sinusoidal_encoder
 from sinusoidal_encoder.training.data import (
@@ -38,15 +33,15 @@ from sinusoidal_encoder.training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder.training.engine import (
-    MetricsLog,
     TrainingProgress,
+    TrainingTask,
     add_training_arguments,
     check_training_arguments,
-    parameter_groups,
+    make_accelerator,
+    make_optimizer,
     perplexity,
     push_folder_to_hub,
-    resolve_checkpoint,
-    save_checkpoint,
+    train,
 )
 from sinusoidal_encoder.training.model_card import render_model_card
 
@@ -131,53 +126,54 @@ def build_model(args: argparse.Namespace, tokenizer) -> transformers.PreTrainedM
     return AutoModelForMaskedLM.from_config(config)
 
 
-def masked_lm_sums(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-example sum of the masked-token cross-entropy and count of masked tokens: (B,), (B,). The model runs with
-    `sparse_prediction`, so the vocabulary projection is computed at masked positions only."""
-    labels = batch["labels"]  # (B, T)
-    logits = model(input_ids=batch["input_ids"], labels=labels).logits  # (N, V): masked positions, row-major
-    keep = labels != -100
-    losses = F.cross_entropy(logits.float(), labels[keep], reduction="none")  # (N,)
-    rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position
-    sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
-    return sums, keep.sum(dim=1)  # (B,), (B,)
+class MaskedLMTask(TrainingTask):
+    """Masked language modelling on packed blocks: loss units are masked tokens."""
 
+    name = "pretraining"
 
-@torch.no_grad()
-def evaluate(model, loader, accelerator: Accelerator) -> dict[str, float]:
-    """Masked-token-weighted loss and perplexity over the whole evaluation split, gathered across processes
-    (without the samples accelerate repeats to even out the last batch)."""
-    model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    count = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    for batch in loader:
-        sums, counts = masked_lm_sums(model, batch)
-        sums, counts = accelerator.gather_for_metrics((sums, counts))
-        loss_sum += sums.double().sum()
-        count += counts.double().sum()
-    model.train()
-    loss = (loss_sum / count.clamp(min=1)).item()
-    return {"eval_loss": loss, "eval_perplexity": perplexity(loss), "eval_masked_tokens": int(count.item())}
+    def __init__(self, train_generator: torch.Generator, train_masking: KeyedMaskingCollator, seed: int):
+        self.train_generator = train_generator
+        self.train_masking = train_masking
+        self.seed = seed
+
+    def start_epoch(self, epoch: int) -> None:
+        self.train_generator.manual_seed(_mix(self.seed, "data", epoch))  # same order on resume, new one per epoch
+        self.train_masking.epoch = epoch
+
+    def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (batch["labels"] != -100).sum()
+
+    def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-example sum of the masked-token cross-entropy and count of masked tokens: (B,), (B,). The model runs
+        with `sparse_prediction`, so the vocabulary projection is computed at masked positions only."""
+        labels = batch["labels"]  # (B, T)
+        logits = model(input_ids=batch["input_ids"], labels=labels).logits  # (N, V): masked positions, row-major
+        keep = labels != -100
+        losses = F.cross_entropy(logits.float(), labels[keep], reduction="none")  # (N,)
+        rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position
+        sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
+        return sums, keep.sum(dim=1)  # (B,), (B,)
+
+    @torch.no_grad()
+    def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
+        """Masked-token-weighted loss and perplexity over the whole evaluation split, gathered across processes
+        (without the samples accelerate repeats to even out the last batch)."""
+        model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+        count = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+        for batch in loader:
+            sums, counts = self.loss_sums(model, batch)
+            sums, counts = accelerator.gather_for_metrics((sums, counts))
+            loss_sum += sums.double().sum()
+            count += counts.double().sum()
+        model.train()
+        loss = (loss_sum / count.clamp(min=1)).item()
+        return {"eval_loss": loss, "eval_perplexity": perplexity(loss), "eval_masked_tokens": int(count.item())}
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    accelerator = Accelerator(
-        gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
-        ),
-        log_with=args.report_to if args.with_tracking else None,
-        project_dir=args.output_dir,
-    )
-    if accelerator.is_main_process:
-        datasets.utils.logging.set_verbosity_warning()
-        transformers.utils.logging.set_verbosity_warning()
-    else:
-        datasets.utils.logging.set_verbosity_error()
-        transformers.utils.logging.set_verbosity_error()
-        datasets.disable_progress_bars()
-    set_seed(args.seed)
-
+    accelerator = make_accelerator(args)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or SHIPPED_TOKENIZER)
     tokenizer.model_max_length = args.max_seq_length
     with accelerator.main_process_first():
@@ -192,10 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
     train_masking = KeyedMaskingCollator(tokenizer, args.mlm_probability, args.seed)
     eval_masking = KeyedMaskingCollator(tokenizer, args.mlm_probability, args.seed, epoch="eval")
-    if streaming:
-        train_set, eval_set = IndexedStream(packed["train"]), IndexedStream(packed["validation"])
-    else:
-        train_set, eval_set = IndexedExamples(packed["train"]), IndexedExamples(packed["validation"])
+    wrap = IndexedStream if streaming else IndexedExamples
+    train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
     train_loader = torch.utils.data.DataLoader(
         train_set,
         batch_size=args.per_device_train_batch_size,
@@ -212,151 +206,22 @@ def main(argv: list[str] | None = None) -> None:
         collate_fn=eval_masking,
         num_workers=args.dataloader_num_workers,
     )
-
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model, args.weight_decay),
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-    )
+    optimizer = make_optimizer(model, args)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
-    steps_per_epoch = None if streaming else len(train_loader) // args.gradient_accumulation_steps
-    if steps_per_epoch == 0:
-        raise ValueError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
-    if args.max_train_steps is None:
-        args.max_train_steps = steps_per_epoch * args.num_train_epochs
-    num_epochs = math.ceil(args.max_train_steps / steps_per_epoch) if steps_per_epoch else 1
-    warmup = args.num_warmup_steps if args.num_warmup_steps is not None else int(0.06 * args.max_train_steps)
-    # a prepared scheduler advances once per process at every optimizer step: count its steps the same way
-    scheduler = get_scheduler(
-        args.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=warmup * accelerator.num_processes,
-        num_training_steps=args.max_train_steps * accelerator.num_processes,
-    )
-    scheduler = accelerator.prepare(scheduler)
-    progress = TrainingProgress()
-    accelerator.register_for_checkpointing(progress)
 
-    checkpoint = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint)
-    if checkpoint is not None:
-        accelerator.print(f"Resuming from {checkpoint}")
-        accelerator.load_state(checkpoint)
-    elif args.resume_from_checkpoint == "latest":
-        accelerator.print(f"No checkpoint in {args.output_dir}/checkpoints yet: starting from scratch")
-    if args.with_tracking:
-        accelerator.init_trackers("pretrain", config={k: v for k, v in vars(args).items() if v is not None})
-    metrics_log = MetricsLog(
-        accelerator, args.output_dir, progress.completed_steps if checkpoint else None, args.with_tracking
-    )
-
-    world = accelerator.num_processes
-    tokens_per_step = args.per_device_train_batch_size * world * args.gradient_accumulation_steps * args.max_seq_length
-    accelerator.print("***** Running training *****")
-    unwrapped = accelerator.unwrap_model(model)
-    accelerator.print(
-        f"  Model = {unwrapped.config.model_type}, {unwrapped.num_parameters():,} parameters, "
-        f"attention = {unwrapped.config._attn_implementation}"
-    )
-    accelerator.print(
-        f"  Training examples (blocks of {args.max_seq_length} tokens) = "
-        f"{'streamed' if streaming else f'{len(train_set):,}'}"
-    )
-    accelerator.print(f"  Processes = {world}, mixed precision = {accelerator.mixed_precision}")
-    accelerator.print(
-        f"  Batch per device = {args.per_device_train_batch_size}, gradient accumulation = "
-        f"{args.gradient_accumulation_steps}, global batch = {tokens_per_step // args.max_seq_length}"
-    )
-    accelerator.print(f"  Optimizer steps = {args.max_train_steps} ({num_epochs} epoch(s)), warmup = {warmup}")
-    accelerator.print(f"  Tokens = {tokens_per_step:,} per step, {tokens_per_step * args.max_train_steps:,} in all")
-
-    bar = tqdm(
-        total=args.max_train_steps,
-        initial=progress.completed_steps,
-        disable=not accelerator.is_local_main_process,
-        desc="pretraining",
-        dynamic_ncols=True,
-    )
-    model.train()
-    window_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    window_count = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
-    while progress.completed_steps < args.max_train_steps:
-        epoch = progress.epoch
-        train_generator.manual_seed(_mix(args.seed, "data", epoch))  # same order on resume, different per epoch
-        train_masking.epoch = epoch
-        loader = train_loader
-        if progress.batches_in_epoch:
-            loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
-        batches = iter(loader)
-        while progress.completed_steps < args.max_train_steps:
-            step_start = time.perf_counter()
-            window = list(islice(batches, args.gradient_accumulation_steps))
-            if len(window) < args.gradient_accumulation_steps:  # end of the epoch: a partial window is not a step
-                break
-            # normalise by the masked tokens of the whole global batch, so every token weighs the same whatever
-            # the number of processes and micro-batches (DDP averages over processes; backward divides by GA steps)
-            local = sum((b["labels"] != -100).sum() for b in window).double()
-            total = accelerator.reduce(local, reduction="sum")
-            scale = world * args.gradient_accumulation_steps / total.clamp(min=1)
-            for batch in window:
-                with accelerator.accumulate(model):
-                    sums, counts = masked_lm_sums(model, batch)
-                    loss_sum = sums.sum()
-                    accelerator.backward(loss_sum * scale.to(loss_sum.dtype))
-                    if accelerator.sync_gradients and args.max_grad_norm > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
-                window_loss += loss_sum.detach().double()
-                window_count += counts.sum().double()
-            progress.completed_steps += 1
-            progress.batches_in_epoch += args.gradient_accumulation_steps
-            progress.tokens_seen += tokens_per_step
-            window_tokens += tokens_per_step
-            window_time += time.perf_counter() - step_start
-            bar.update(1)
-
-            step = progress.completed_steps
-            if step % args.logging_steps == 0 or step == args.max_train_steps:
-                loss = (accelerator.reduce(window_loss, "sum") / accelerator.reduce(window_count, "sum")).item()
-                metrics = {
-                    "train_loss": loss,
-                    "learning_rate": scheduler.get_last_lr()[0],
-                    "tokens_per_second": window_tokens / window_time,
-                    "tokens_seen": progress.tokens_seen,
-                    "epoch": epoch,
-                }
-                bar.set_postfix(
-                    loss=f"{loss:.3f}",
-                    lr=f"{metrics['learning_rate']:.2e}",
-                    tok_s=f"{metrics['tokens_per_second']:,.0f}",
-                )
-                metrics_log.log(metrics, step)
-                window_loss.zero_()
-                window_count.zero_()
-                window_time, window_tokens = (
-                    0.0,
-                    0,
-                )  # tokens/s counts training steps only, not evaluation or checkpoints
-            if args.eval_steps and step % args.eval_steps == 0 and step < args.max_train_steps:
-                metrics_log.log(evaluate(model, eval_loader, accelerator), step)
-            if args.checkpointing_steps and step % args.checkpointing_steps == 0:
-                save_checkpoint(accelerator, args.output_dir, step, args.checkpoints_total_limit)
-        if progress.completed_steps >= args.max_train_steps:
-            break
-        if streaming:
-            accelerator.print(f"The stream ended after {progress.completed_steps} steps, before --max_train_steps.")
-            break
-        progress.epoch += 1
-        progress.batches_in_epoch = 0
-    bar.close()
-
-    final_eval = evaluate(model, eval_loader, accelerator)
-    metrics_log.log(final_eval, progress.completed_steps)
-    accelerator.print(
-        f"final evaluation: loss {final_eval['eval_loss']:.4f}, perplexity {final_eval['eval_perplexity']:.2f}"
+    global_batch = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+    max_steps = args.max_train_steps  # None until train() derives it from the epochs
+    tokens_line = f"Tokens = {global_batch * args.max_seq_length:,} per step"
+    if max_steps is not None:
+        tokens_line += f", {global_batch * args.max_seq_length * max_steps:,} in all"
+    header = [
+        f"Training examples (blocks of {args.max_seq_length} tokens) = "
+        f"{'streamed' if streaming else f'{len(train_set):,}'}",
+        tokens_line,
+    ]
+    task = MaskedLMTask(train_generator, train_masking, args.seed)
+    progress, final_eval = train(
+        accelerator, args, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
     export(args, accelerator, model, tokenizer, progress, final_eval)
     if args.with_tracking:
