@@ -464,3 +464,28 @@ def train(
     metrics_log.log(final, progress.completed_steps)
     accelerator.print("final evaluation: " + ", ".join(f"{k} {v:.4f}" for k, v in final.items()))
     return progress, final
+
+
+def describe_data(args: argparse.Namespace) -> str:
+    """The training data of a run as the model card states it (Hub dataset or local files)."""
+    source = f"`{args.dataset_name or args.train_file}`"
+    return source + (f" (configuration `{args.dataset_config_name}`)" if args.dataset_config_name else "")
+
+
+def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto_class, tokenizer, write_card) -> None:
+    """Write the Hub-ready folder: weights of a fresh model of the plain class (under FSDP2 the wrapped class is not
+    the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; then
+    `write_card(model)` on the main process (model card, pictures, results), then the optional upload."""
+    accelerator.wait_for_everyone()
+    state_dict = accelerator.get_state_dict(model)  # on every process: FSDP gathers the full state on the main one
+    if accelerator.is_main_process:
+        fresh = auto_class.from_config(accelerator.unwrap_model(model).config)
+        fresh.load_state_dict(state_dict)
+        fresh.save_pretrained(args.output_dir)
+        tokenizer.save_pretrained(args.output_dir)
+        write_card(fresh)
+        accelerator.print(f"saved the model to {args.output_dir}")
+        if args.push_to_hub:
+            push_folder_to_hub(args.output_dir, args.hub_model_id, private=args.hub_private_repo)
+            accelerator.print(f"uploaded {args.output_dir} to the Hub as {args.hub_model_id}")
+    accelerator.wait_for_everyone()

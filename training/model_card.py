@@ -42,9 +42,11 @@ def render_model_card(
     intended_uses: str | None = None,
     usage_example: str = "",
     extra_tags: tuple[str, ...] = (),
+    pictures: dict[str, str] | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
-    values measured on the evaluation split; they go to the card's text and to its model-index."""
+    values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
+    files of the folder to their titles; the card shows them."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_id or os.path.basename(os.path.abspath(output_dir))
@@ -98,7 +100,19 @@ def render_model_card(
         "training_data": training_data,
         "training_procedure": training_procedure,
         "evaluation": evaluation,
+        "pictures": pictures or {},
     }
     card = ModelCard.from_template(card_data, template_path=TEMPLATE, **values)
     card.save(os.path.join(output_dir, "README.md"))
     return str(card)
+
+
+def draw_pictures(output_dir: str, config) -> dict[str, str]:
+    """The PNGs of `training/plots.py` for an exported folder, or none (with a note) without matplotlib."""
+    try:
+        from sinusoidal_encoder.training.plots import write_plots
+
+        return write_plots(output_dir, config.hidden_size, config.position_encoding_base)
+    except ImportError as error:
+        print(f"no pictures in {output_dir}: {error}")
+        return {}

@@ -37,13 +37,14 @@ from sinusoidal_encoder.training.engine import (
     TrainingTask,
     add_training_arguments,
     check_training_arguments,
+    describe_data,
+    export_model,
     make_accelerator,
     make_optimizer,
     perplexity,
-    push_folder_to_hub,
     train,
 )
-from sinusoidal_encoder.training.model_card import render_model_card
+from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
 
 logger = get_logger(__name__)
 
@@ -229,42 +230,32 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def export(args, accelerator: Accelerator, model, tokenizer, progress: TrainingProgress, final_eval: dict) -> None:
-    """The Hub-ready folder: weights, config, code, tokenizer, README.md (model card); then the optional upload."""
-    accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)  # on every process: FSDP gathers the full state on the main one
-    unwrapped = accelerator.unwrap_model(model)
-    if accelerator.is_main_process:
-        # a fresh model of the plain class: under FSDP2 the wrapped class is not the one users should load
-        config = unwrapped.config
-        config.sparse_prediction = False  # users of the exported model get full logits, as they expect
-        unwrapped = AutoModelForMaskedLM.from_config(config)
-        unwrapped.load_state_dict(state_dict)
-        unwrapped.save_pretrained(args.output_dir)
-        tokenizer.save_pretrained(args.output_dir)
-        source = args.dataset_name or args.train_file or "builtin"
-        if source == "builtin":
+    """The Hub-ready folder: weights, config, code, tokenizer, README.md (model card) and pictures."""
+    accelerator.unwrap_model(model).config.sparse_prediction = False  # users of the exported model get full logits
+
+    def write_card(exported) -> None:
+        if args.dataset_name or args.train_file:
+            data = describe_data(args)
+        else:
             data = (
                 "The built-in offline corpus of sinusoidal-encoder: the Python language reference topics and the "
                 "docstrings of the Python standard library, numpy, huggingface_hub, datasets, accelerate and "
                 "transformers (PSF, BSD-3-Clause and Apache-2.0 licences), split 98/2 by a hash of each document."
             )
-        else:
-            data = f"`{source}`" + (
-                f" (configuration `{args.dataset_config_name}`)" if args.dataset_config_name else ""
-            )
+        global_batch = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
         procedure = (
             f"Masked language modelling ({args.mlm_probability:.0%} of tokens; 80% [MASK], 10% random, 10% kept) on "
             f"packed blocks of {args.max_seq_length} tokens; {progress.completed_steps:,} optimizer steps, "
             f"{progress.tokens_seen:,} tokens seen; AdamW (lr {args.learning_rate:g}, betas {args.adam_beta1}/"
             f"{args.adam_beta2}, weight decay {args.weight_decay} on matrices), {args.lr_scheduler_type} schedule "
-            f"after warmup, gradient clipping at {args.max_grad_norm}, global batch "
-            f"{args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps} "
-            f"sequences, {accelerator.num_processes} process(es), mixed precision {accelerator.mixed_precision}, "
+            f"after warmup, gradient clipping at {args.max_grad_norm}, global batch {global_batch} sequences, "
+            f"{accelerator.num_processes} process(es), mixed precision {accelerator.mixed_precision}, "
             f"seed {args.seed}. Trained with `training/pretrain.py` of sinusoidal-encoder."
         )
         render_model_card(
-            unwrapped,
+            exported,
             args.output_dir,
+            pictures=draw_pictures(args.output_dir, exported.config),
             pipeline_tag="fill-mask",
             training_data=data,
             training_procedure=procedure,
@@ -277,11 +268,8 @@ def export(args, accelerator: Accelerator, model, tokenizer, progress: TrainingP
                 f'fill("The function returns a {tokenizer.mask_token} of positions.")\n```'
             ),
         )
-        accelerator.print(f"saved the model to {args.output_dir}")
-        if args.push_to_hub:
-            push_folder_to_hub(args.output_dir, args.hub_model_id, private=args.hub_private_repo)
-            accelerator.print(f"uploaded {args.output_dir} to the Hub as {args.hub_model_id}")
-    accelerator.wait_for_everyone()
+
+    export_model(accelerator, args, model, AutoModelForMaskedLM, tokenizer, write_card)
 
 
 if __name__ == "__main__":

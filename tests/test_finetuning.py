@@ -1,0 +1,391 @@
+"""training/finetune.py: the offline downstream task, every problem type, token classification, exact resume,
+bad input, the model card, pictures and publishing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, tiny_config
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder.training import finetune, publish
+from sinusoidal_encoder.training.metrics import (
+    accuracy_and_macro_f1,
+    entity_scores,
+    entity_spans,
+    multi_label_scores,
+    regression_scores,
+)
+
+FAST = [
+    "--per_device_train_batch_size",
+    "8",
+    "--per_device_eval_batch_size",
+    "16",
+    "--logging_steps",
+    "1",
+    "--max_length",
+    "48",
+]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, tokenizer):
+    """A tiny masked-LM folder with the shipped tokenizer, as pretrain.py would leave it."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def run_finetune(*argv: str) -> dict:
+    return finetune.main([*FAST, *argv])
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+SENTENCES = [
+    "The function returns a list of strings.",
+    "Raise an error when the file is missing.",
+    "This class wraps a tokenizer and a model.",
+    "Arrays are indexed from zero.",
+    "The process group synchronises gradients.",
+    "A dataset can be streamed from the Hub.",
+    "Use a context manager to close the file.",
+    "The scheduler lowers the learning rate.",
+]
+
+
+def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
+    out = tmp_path / "classifier"
+    final = run_finetune(
+        "--model_name_or_path",
+        pretrained,
+        "--output_dir",
+        str(out),
+        "--max_train_samples",
+        "96",
+        "--max_eval_samples",
+        "64",
+        "--max_train_steps",
+        "4",
+        "--base_model_id",
+        "someone/tiny-mlm",
+    )
+    for key in ("eval_accuracy", "eval_macro_f1", "majority_accuracy", "tfidf_logreg_accuracy"):
+        assert 0.0 <= final[key] <= 1.0, key
+    assert json.loads((out / "eval_results.json").read_text())["eval_accuracy"] == final["eval_accuracy"]
+    config = json.loads((out / "config.json").read_text())
+    assert set(config["id2label"].values()) <= {
+        "python",
+        "numpy",
+        "huggingface_hub",
+        "datasets",
+        "accelerate",
+        "transformers",
+    }
+    assert config["label2id"] == {v: int(k) for k, v in config["id2label"].items()}
+    # the card: YAML metadata a Hub page reads, and the pictures
+    card = (out / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["base_model"] == "someone/tiny-mlm" and front["pipeline_tag"] == "text-classification"
+    assert front["library_name"] == "transformers" and front["license"] == "apache-2.0" and front["language"] == ["en"]
+    metrics = {m["type"]: m["value"] for m in front["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["accuracy"] == pytest.approx(final["eval_accuracy"], abs=1e-4)
+    assert "tfidf_logreg_accuracy" in metrics and "majority_accuracy" in metrics
+    for section in (
+        "## Intended uses and limits",
+        "## How to use",
+        "## Training data",
+        "## Training procedure",
+        "## Evaluation",
+        "## Citation",
+        "trust_remote_code=True",
+        "PE(pos, 2i)",
+    ):
+        assert section in card, section
+    for picture in ("encoding_heatmap.png", "encoding_dot_products.png", "loss_curves.png"):
+        assert (out / picture).stat().st_size > 5000 and f"]({picture})" in card
+    # the pipeline prints label names; the Auto class loads it
+    classify = pipeline("text-classification", model=str(out))
+    assert classify("Return the array of values.")[0]["label"] in config["id2label"].values()
+    assert isinstance(
+        AutoModelForSequenceClassification.from_pretrained(out), se.SinusoidalEncoderForSequenceClassification
+    )
+
+
+def test_loads_with_trust_remote_code_without_the_package(tmp_path, pretrained):
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 3)]
+    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:8])
+    out = tmp_path / "out"
+    run_finetune(
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        valid,
+        "--output_dir",
+        str(out),
+        "--max_train_steps",
+        "2",
+    )
+    script = (
+        "import sys; sys.modules['sinusoidal_encoder'] = None\n"
+        "from transformers import pipeline\n"
+        "print(pipeline('text-classification', model=sys.argv[1], trust_remote_code=True)('A sentence.')[0]['label'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] in {"neg", "pos"}
+
+
+def test_regression_multi_label_and_text_pairs(tmp_path, pretrained):
+    pairs = [
+        {"a": s, "b": SENTENCES[(i + 3) % 8], "score": float(i % 5) / 4, "tags": [["x"], ["y"], ["x", "y"]][i % 3]}
+        for i, s in enumerate(SENTENCES * 3)
+    ]
+    train, valid = write_jsonl(tmp_path / "t.jsonl", pairs), write_jsonl(tmp_path / "v.jsonl", pairs[:9])
+    common = [
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        valid,
+        "--text_column_name",
+        "a",
+        "--text_pair_column_name",
+        "b",
+        "--max_train_steps",
+        "2",
+    ]
+    regression = run_finetune(*common, "--label_column_name", "score", "--output_dir", str(tmp_path / "r"))
+    assert {"eval_pearson", "eval_spearman", "eval_mse"} <= set(regression)
+    config = AutoConfig.from_pretrained(tmp_path / "r")
+    assert config.problem_type == "regression" and config.num_labels == 1
+    multi = run_finetune(*common, "--label_column_name", "tags", "--output_dir", str(tmp_path / "m"))
+    assert {"eval_micro_f1", "eval_macro_f1", "eval_exact_match"} <= set(multi)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification" and config["id2label"] == {"0": "x", "1": "y"}
+
+
+def ner_rows():
+    """Words tagged by a real rule of the text: names of Python builtins are entities."""
+    builtins = {"list": "TYPE", "dict": "TYPE", "len": "FUNC", "print": "FUNC", "open": "FUNC"}
+    texts = [
+        "call len on the list",
+        "print the dict keys",
+        "open a file and print it",
+        "a list of dict values",
+        "the len of a dict",
+        "open the list",
+    ]
+    rows = []
+    for text in texts * 3:
+        words = text.split()
+        rows.append({"tokens": words, "ner_tags": [f"B-{builtins[w]}" if w in builtins else "O" for w in words]})
+    return rows
+
+
+def test_token_classification(tmp_path, pretrained):
+    rows = ner_rows()
+    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
+    out = tmp_path / "ner"
+    final = run_finetune(
+        "--task",
+        "token-classification",
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        valid,
+        "--output_dir",
+        str(out),
+        "--max_train_steps",
+        "3",
+    )
+    assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(final)
+    config = json.loads((out / "config.json").read_text())
+    assert sorted(config["id2label"].values()) == ["B-FUNC", "B-TYPE", "O"]
+    model = AutoModelForTokenClassification.from_pretrained(out)
+    assert isinstance(model, se.SinusoidalEncoderForTokenClassification)
+    tagged = pipeline("token-classification", model=str(out), ignore_labels=[])("print the list")
+    assert tagged and {t["entity"] for t in tagged} <= set(config["id2label"].values())
+    assert "token-classification" in yaml.safe_load((out / "README.md").read_text().split("---")[1])["pipeline_tag"]
+
+
+def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
+    import argparse
+
+    import datasets
+
+    raw = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_list(
+                [{"tokens": ["sinusoidally", "encoded", "positions"], "tags": ["B-X", "I-X", "O"]}]
+            )
+            for split in ("train", "validation")
+        }
+    )
+    args = argparse.Namespace(max_length=32)
+    encoded = finetune.encode(
+        raw, tokenizer, args, "token_classification", ["B-X", "I-X", "O"], ("tokens", None, "tags")
+    )["train"][0]
+    pieces = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+    labelled = [(piece, label) for piece, label in zip(pieces, encoded["labels"], strict=True) if label != -100]
+    assert [label for _, label in labelled] == [0, 1, 2]
+    assert len(pieces) > 5  # "sinusoidally" is several pieces, only the first is labelled
+    assert labelled[0][0] == pieces[1] and encoded["labels"][0] == -100  # [CLS] is never labelled
+
+
+def test_resume_continues_exactly(tmp_path, pretrained):
+    rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 4)]
+    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
+    common = [
+        "--model_name_or_path",
+        pretrained,
+        "--train_file",
+        train,
+        "--validation_file",
+        valid,
+        "--max_train_steps",
+        "8",
+        "--checkpointing_steps",
+        "3",
+        "--gradient_accumulation_steps",
+        "2",
+    ]
+    run_finetune(*common, "--output_dir", str(tmp_path / "a"))
+    run_finetune(
+        *common,
+        "--output_dir",
+        str(tmp_path / "b"),
+        "--resume_from_checkpoint",
+        str(tmp_path / "a" / "checkpoints" / "step_3"),
+    )
+    a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_input_fails_before_training(tmp_path, pretrained):
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    train = write_jsonl(tmp_path / "t.jsonl", rows)
+    unseen = write_jsonl(tmp_path / "u.jsonl", [{"text": "x y z", "label": "surprise"}, *rows[:3]])
+    no_label = write_jsonl(tmp_path / "n.jsonl", [{"text": s} for s in SENTENCES])
+    out = str(tmp_path / "out")
+    base = ["--model_name_or_path", pretrained, "--output_dir", out, "--max_train_steps", "1"]
+    with pytest.raises(ValueError, match="surprise"):
+        run_finetune(*base, "--train_file", train, "--validation_file", unseen)
+    with pytest.raises(ValueError, match="label column"):
+        run_finetune(*base, "--train_file", no_label, "--validation_file", no_label)
+    with pytest.raises(ValueError, match="--label_column_name 'nope'"):
+        run_finetune(*base, "--train_file", train, "--label_column_name", "nope")
+    # a folder of another model type
+    from transformers import BertConfig
+
+    BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(
+        tmp_path / "bert"
+    )
+    with pytest.raises(ValueError, match="'bert' model"):
+        run_finetune("--model_name_or_path", str(tmp_path / "bert"), "--output_dir", out, "--train_file", train)
+    # a classifier with another number of labels: refused unless --ignore_mismatched_sizes
+    three = write_jsonl(
+        tmp_path / "3.jsonl", [{"text": s, "label": "abc"[i % 3]} for i, s in enumerate(SENTENCES * 2)]
+    )
+    run_finetune(*base, "--train_file", train, "--output_dir", str(tmp_path / "two"))
+    mismatched = [
+        "--model_name_or_path",
+        str(tmp_path / "two"),
+        "--output_dir",
+        out,
+        "--train_file",
+        three,
+        "--max_train_steps",
+        "1",
+    ]
+    with pytest.raises(ValueError, match="--ignore_mismatched_sizes"):
+        run_finetune(*mismatched)
+    final = run_finetune(*mismatched, "--ignore_mismatched_sizes")
+    assert AutoConfig.from_pretrained(out).num_labels == 3 and "eval_accuracy" in final
+
+
+def test_publish_uploads_an_exported_folder_with_a_fake_api(tmp_path, pretrained):
+    calls = []
+
+    class FakeHfApi:
+        def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
+            calls.append(("create_repo", repo_id, private, exist_ok))
+
+        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
+            calls.append(("upload_folder", repo_id, folder_path, tuple(ignore_patterns or ())))
+            return "commit-url"
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in os.listdir(pretrained):
+        (folder / name).write_bytes((Path(pretrained) / name).read_bytes())
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# card")
+    (folder / "checkpoints" / "step_1").mkdir(parents=True)
+    assert publish.main([str(folder), "--hub_model_id", "me/tiny", "--private"], api=FakeHfApi()) == "commit-url"
+    assert calls[0] == ("create_repo", "me/tiny", True, True)
+    assert calls[1][:3] == ("upload_folder", "me/tiny", str(folder)) and "checkpoints/*" in calls[1][3]
+    (folder / "README.md").unlink()
+    with pytest.raises(ValueError, match=r"README\.md"):
+        publish.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
+
+
+def test_plots_command_draws_the_pictures(tmp_path, pretrained):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text((Path(pretrained) / "config.json").read_text())
+    (folder / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "train_loss": 5 - s / 10}) + "\n" for s in range(1, 20))
+        + json.dumps({"step": 19, "eval_loss": 3.2})
+        + "\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "training" / "plots.py"), str(folder)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    for picture in ("encoding_heatmap.png", "encoding_dot_products.png", "loss_curves.png"):
+        assert (folder / picture).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_metrics():
+    assert accuracy_and_macro_f1([0, 1, 1, 2], [0, 1, 2, 2], 3) == pytest.approx(
+        {"accuracy": 0.75, "macro_f1": (1 + 2 / 3 + 2 / 3) / 3}
+    )
+    assert multi_label_scores([[1, 0], [1, 1]], [[1, 0], [0, 1]]) == pytest.approx(
+        {"micro_f1": 0.8, "macro_f1": (2 / 3 + 1) / 2, "exact_match": 0.5}
+    )
+    scores = regression_scores([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0])
+    assert scores["spearman"] == pytest.approx(0.8) and scores["mse"] == pytest.approx(0.5)
+    assert regression_scores([1, 1, 2], [1, 2, 3])["spearman"] == pytest.approx(0.8660254)  # ties get mean ranks
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC", "I-ORG", "I-ORG"]) == {
+        ("PER", 0, 2),
+        ("LOC", 3, 4),
+        ("ORG", 4, 6),
+    }
+    scores = entity_scores([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "I-PER", "O", "B-ORG"]])
+    assert scores == pytest.approx({"precision": 0.5, "recall": 0.5, "f1": 0.5, "accuracy": 0.75})

@@ -1,0 +1,538 @@
+"""Fine-tune a sinusoidal encoder for sequence or token classification with accelerate.
+
+    # the offline downstream task: which library a passage of the built-in corpus documents
+    python training/finetune.py --model_name_or_path outputs/small-builtin --output_dir outputs/library-classifier
+
+    # your data: text or text pairs, single-label, multi-label (a list of labels) or regression (float labels)
+    accelerate launch training/finetune.py --model_name_or_path outputs/small-builtin \\
+        --dataset_name glue --dataset_config_name mrpc --text_column_name sentence1 \\
+        --text_pair_column_name sentence2 --output_dir out
+    # token classification: a column of words and a column of tags per word
+    python training/finetune.py --task token-classification --model_name_or_path M \\
+        --train_file train.jsonl --validation_file dev.jsonl --text_column_name tokens \\
+        --label_column_name ner_tags --output_dir out
+
+Labels become `id2label`/`label2id` in the saved config; metrics are computed locally (accuracy and macro-F1;
+micro/macro-F1 for multi-label; Pearson/Spearman for regression; entity-level F1 for tokens). The output folder is
+Hub-ready and loads with the matching Auto class and in the text- / token-classification pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import Counter
+from typing import Any
+
+import datasets
+import torch
+from accelerate import Accelerator
+from torch.nn import functional as F
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    DataCollatorWithPadding,
+)
+
+import sinusoidal_encoder
+from sinusoidal_encoder.training.corpus import load_builtin_corpus
+from sinusoidal_encoder.training.data import _mix, add_data_arguments, load_raw_datasets, text_column
+from sinusoidal_encoder.training.engine import (
+    TrainingTask,
+    add_training_arguments,
+    check_training_arguments,
+    describe_data,
+    export_model,
+    make_accelerator,
+    make_optimizer,
+    train,
+)
+from sinusoidal_encoder.training.metrics import (
+    accuracy_and_macro_f1,
+    entity_scores,
+    multi_label_scores,
+    regression_scores,
+)
+from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
+
+TASKS = ("text-classification", "token-classification")
+PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_arguments(parser)
+    group = parser.add_argument_group("task and model")
+    group.add_argument("--task", default="text-classification", choices=TASKS, help="What to fine-tune for.")
+    group.add_argument(
+        "--model_name_or_path", required=True, help="A sinusoidal-encoder folder or Hub id (pretrained or not)."
+    )
+    group.add_argument("--tokenizer_name", default=None, help="Tokenizer folder or Hub id (default: the model's).")
+    group.add_argument(
+        "--text_pair_column_name", default=None, help="Second text of a pair (sequence classification)."
+    )
+    group.add_argument(
+        "--label_column_name",
+        default=None,
+        help="The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels').",
+    )
+    group.add_argument(
+        "--problem_type",
+        default=None,
+        choices=PROBLEM_TYPES,
+        help="Sequence classification: inferred from the labels (float: regression, lists: multi-label) unless set.",
+    )
+    group.add_argument("--max_length", type=int, default=128, help="Tokens per input; longer ones are truncated.")
+    group.add_argument(
+        "--pad_to_multiple_of",
+        type=int,
+        default=None,
+        help="Pad batches to a multiple of this (8 suits tensor cores).",
+    )
+    group.add_argument(
+        "--ignore_mismatched_sizes",
+        action="store_true",
+        help="Replace a classification head of another size in --model_name_or_path with a new one.",
+    )
+    group.add_argument(
+        "--base_model_id",
+        default=None,
+        help="The Hub id of the pretrained model, for the model card's base_model "
+        "(default: --model_name_or_path when that is a Hub id).",
+    )
+    group.add_argument("--max_train_samples", type=int, default=None, help="Keep the first N training examples.")
+    group.add_argument("--max_eval_samples", type=int, default=None, help="Keep the first N evaluation examples.")
+    group.add_argument(
+        "--baselines",
+        action="store_true",
+        help="Also score a majority-class and a TF-IDF + logistic-regression baseline on the same split "
+        "(single-label sequence classification; needs scikit-learn). On by default for the built-in task.",
+    )
+    add_training_arguments(parser)
+    parser.set_defaults(learning_rate=1e-4, per_device_train_batch_size=32, num_train_epochs=3, eval_steps=None)
+    args = parser.parse_args(argv)
+    check_training_arguments(args)
+    if args.streaming:
+        raise ValueError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
+    if args.max_length < 4:
+        raise ValueError(f"--max_length must be at least 4, got {args.max_length}.")
+    if args.task == "token-classification" and args.text_pair_column_name:
+        raise ValueError("--text_pair_column_name is for text-classification.")
+    for name in ("max_train_samples", "max_eval_samples", "pad_to_multiple_of"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"--{name} must be positive, got {value}.")
+    args.builtin = not (args.dataset_name or args.train_file)
+    if args.builtin and args.task != "text-classification":
+        raise ValueError("The built-in downstream task is text classification: pass data for token-classification.")
+    args.baselines = args.baselines or args.builtin
+    return args
+
+
+def load_task_data(args: argparse.Namespace) -> datasets.DatasetDict:
+    """The raw splits; for the built-in task, passages of the built-in corpus labelled with the library they document
+    (train and validation are the corpus's own hash-based splits)."""
+    if args.builtin:
+        corpus = load_builtin_corpus()
+        raw = corpus.map(
+            lambda batch: {"label": [BUILTIN_LABELS.get(s, s) for s in batch["source"]]},
+            batched=True,
+            remove_columns=["source"],
+        )
+        args.text_column_name, args.label_column_name = "text", "label"
+    else:
+        raw = load_raw_datasets(args)
+    for split, limit in (("train", args.max_train_samples), ("validation", args.max_eval_samples)):
+        if limit is not None and limit < len(raw[split]):
+            raw[split] = raw[split].shuffle(seed=args.seed).select(range(limit))
+    return raw
+
+
+def label_column(dataset: datasets.Dataset, args: argparse.Namespace) -> str:
+    names = dataset.column_names
+    if args.label_column_name is not None:
+        if args.label_column_name not in names:
+            raise ValueError(f"--label_column_name {args.label_column_name!r} is not a column (columns: {names}).")
+        return args.label_column_name
+    candidates = (
+        ("ner_tags", "tags", "labels", "label") if args.task == "token-classification" else ("label", "labels")
+    )
+    for name in candidates:
+        if name in names:
+            return name
+    raise ValueError(f"No label column found (looked for {candidates}; columns: {names}): pass --label_column_name.")
+
+
+def label_space(raw: datasets.DatasetDict, column: str, args: argparse.Namespace) -> tuple[str, list[str] | None]:
+    """(problem type, label names or None for regression), with unseen evaluation labels refused."""
+    feature = raw["train"].features[column]
+    inner = feature.feature if isinstance(feature, (datasets.Sequence, datasets.List)) else feature
+    train_values, eval_values = raw["train"][column], raw["validation"][column]
+    if args.task == "token-classification":
+        if not isinstance(feature, (datasets.Sequence, datasets.List)):
+            raise ValueError(f"--label_column_name {column!r} must hold a list of tags per example for tokens.")
+        problem = "token_classification"
+        train_set = {t for tags in train_values for t in tags}
+        eval_set = {t for tags in eval_values for t in tags}
+    elif isinstance(feature, (datasets.Sequence, datasets.List)) or args.problem_type == "multi_label_classification":
+        problem = "multi_label_classification"
+        train_set = {t for labels in train_values for t in labels}
+        eval_set = {t for labels in eval_values for t in labels}
+    elif args.problem_type == "regression" or (
+        isinstance(inner, datasets.Value) and inner.dtype.startswith("float") and args.problem_type is None
+    ):
+        for value in [*train_values, *eval_values]:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"Regression labels must be numbers; column {column!r} holds {value!r}.")
+        return "regression", None
+    else:
+        problem = "single_label_classification"
+        train_set, eval_set = set(train_values), set(eval_values)
+    if None in train_set or None in eval_set:
+        raise ValueError(f"The label column {column!r} has missing values.")
+    if isinstance(inner, datasets.ClassLabel):
+        names = list(inner.names)
+        train_set, eval_set = {names[i] for i in train_set}, {names[i] for i in eval_set}
+    else:
+        names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
+    unseen = eval_set - set(names) - train_set
+    if unseen:
+        raise ValueError(
+            f"The validation split has labels the training split never shows: {sorted(map(str, unseen))[:10]}. "
+            f"A model cannot learn them; fix the data or its split."
+        )
+    if problem != "token_classification" and len(names) < 2 and problem == "single_label_classification":
+        raise ValueError(f"The training labels hold a single class ({names}): nothing to classify.")
+    return problem, [str(n) for n in names]
+
+
+def check_model_folder(args: argparse.Namespace, num_labels: int) -> Any:
+    """Refuse a model of another type, or a classification head of another size, before anything trains."""
+    try:
+        config = AutoConfig.from_pretrained(args.model_name_or_path)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--model_name_or_path {args.model_name_or_path!r}: {error}") from error
+    if config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+        raise ValueError(
+            f"--model_name_or_path {args.model_name_or_path!r} is a {config.model_type!r} model, not a "
+            f"sinusoidal_encoder one."
+        )
+    head = "ForTokenClassification" if args.task == "token-classification" else "ForSequenceClassification"
+    has_head = any(a.endswith(head) for a in (config.architectures or []))
+    if has_head and config.num_labels != num_labels and not args.ignore_mismatched_sizes:
+        raise ValueError(
+            f"--model_name_or_path has a classification head for {config.num_labels} labels, but the data has "
+            f"{num_labels}: pass --ignore_mismatched_sizes to replace the head with a new one."
+        )
+    return config
+
+
+class ClassificationTask(TrainingTask):
+    """Sequence classification (single-label, multi-label, regression) or token classification."""
+
+    def __init__(self, args, problem: str, label_names: list[str] | None, generator: torch.Generator):
+        self.name = "fine-tuning"
+        self.problem = problem
+        self.label_names = label_names
+        self.generator = generator
+        self.seed = args.seed
+
+    def start_epoch(self, epoch: int) -> None:
+        self.generator.manual_seed(_mix(self.seed, "data", epoch))
+
+    def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.problem == "token_classification":
+            return (batch["labels"] != -100).sum()
+        return torch.tensor(batch["labels"].shape[0])
+
+    def forward(self, model, batch):
+        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+        return model(**inputs).logits
+
+    def per_example_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits.float()
+        if self.problem == "token_classification":
+            losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
+            return losses.sum(dim=1), (labels != -100).sum(dim=1)
+        ones = torch.ones(labels.shape[0], device=labels.device)
+        if self.problem == "regression":
+            return F.mse_loss(logits.squeeze(-1), labels.float(), reduction="none"), ones
+        if self.problem == "multi_label_classification":
+            losses = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none")  # (B, L)
+            return losses.mean(dim=1), ones
+        return F.cross_entropy(logits, labels, reduction="none"), ones
+
+    def loss_sums(self, model, batch):
+        return self.per_example_losses(self.forward(model, batch), batch["labels"])
+
+    @torch.no_grad()
+    def predict(self, model, loader, accelerator: Accelerator):
+        """Loss, predictions and references over the whole split, gathered across processes."""
+        model.eval()
+        loss_sum, units, predictions, references = 0.0, 0.0, [], []
+        for batch in loader:
+            logits = self.forward(model, batch)
+            sums, counts = self.per_example_losses(logits, batch["labels"])
+            labels = batch["labels"]
+            if self.problem == "token_classification":  # pad across processes before gathering
+                logits = accelerator.pad_across_processes(logits, dim=1)
+                labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)
+            logits, labels, sums, counts = accelerator.gather_for_metrics((logits, labels, sums, counts))
+            loss_sum += sums.double().sum().item()
+            units += counts.double().sum().item()
+            if self.problem == "token_classification":
+                for row_pred, row_ref in zip(logits.argmax(-1).tolist(), labels.tolist(), strict=True):
+                    keep = [i for i, r in enumerate(row_ref) if r != -100]
+                    predictions.append([self.label_names[row_pred[i]] for i in keep])
+                    references.append([self.label_names[row_ref[i]] for i in keep])
+            elif self.problem == "regression":
+                predictions += logits.squeeze(-1).tolist()
+                references += labels.tolist()
+            elif self.problem == "multi_label_classification":
+                predictions += (logits > 0).int().tolist()
+                references += labels.int().tolist()
+            else:
+                predictions += logits.argmax(-1).tolist()
+                references += labels.tolist()
+        model.train()
+        return loss_sum / max(units, 1.0), predictions, references
+
+    def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
+        loss, predictions, references = self.predict(model, loader, accelerator)
+        if self.problem == "token_classification":
+            scores = entity_scores(predictions, references)
+        elif self.problem == "regression":
+            scores = regression_scores(predictions, references)
+        elif self.problem == "multi_label_classification":
+            scores = multi_label_scores(predictions, references)
+        else:
+            scores = accuracy_and_macro_f1(predictions, references, len(self.label_names))
+        return {"eval_loss": loss, **{f"eval_{k}": v for k, v in scores.items()}}
+
+
+def encode(raw: datasets.DatasetDict, tokenizer, args, problem: str, label_names, columns) -> datasets.DatasetDict:
+    """Tokenise, truncate to --max_length, and turn labels into ids (first sub-token of each word for tokens)."""
+    text_col, pair_col, label_col = columns
+    index = {name: i for i, name in enumerate(label_names or [])}
+    features = raw["train"].features[label_col]
+    inner = features.feature if isinstance(features, (datasets.Sequence, datasets.List)) else features
+    class_names = inner.names if isinstance(inner, datasets.ClassLabel) else None
+
+    def name_of(value):
+        return class_names[value] if class_names is not None else str(value)
+
+    def sequence_batch(batch):
+        pairs = (batch[text_col], batch[pair_col]) if pair_col else (batch[text_col],)
+        encoded = tokenizer(*pairs, truncation=True, max_length=args.max_length)
+        if problem == "regression":
+            encoded["labels"] = [float(v) for v in batch[label_col]]
+        elif problem == "multi_label_classification":
+            encoded["labels"] = [
+                [1.0 if name in {name_of(v) for v in values} else 0.0 for name in label_names]
+                for values in batch[label_col]
+            ]
+        else:
+            encoded["labels"] = [index[name_of(v)] for v in batch[label_col]]
+        return encoded
+
+    def token_batch(batch):
+        # join the words with spaces, then give each word's label to its first sub-token (the others get -100)
+        texts, owners = [], []
+        for words in batch[text_col]:
+            text = " ".join(words)
+            owner = []  # the word of each character, None for the separating spaces
+            for i, word in enumerate(words):
+                owner += [i] * len(word) + [None]
+            texts.append(text)
+            owners.append(owner)
+        encoded = tokenizer(texts, truncation=True, max_length=args.max_length, return_offsets_mapping=True)
+        all_labels = []
+        for offsets, owner, tags in zip(encoded["offset_mapping"], owners, batch[label_col], strict=True):
+            labels, labelled = [], set()
+            for start, end in offsets:
+                word = next((owner[c] for c in range(start, end) if owner[c] is not None), None)
+                if word is None or word in labelled:  # special tokens, spaces, later pieces of a word
+                    labels.append(-100)
+                else:
+                    labels.append(index[name_of(tags[word])])
+                    labelled.add(word)
+            all_labels.append(labels)
+        encoded["labels"] = all_labels
+        encoded.pop("offset_mapping")
+        return encoded
+
+    for name in (text_col, pair_col):
+        if name and name not in raw["train"].column_names:
+            raise ValueError(f"Column {name!r} is not in the dataset (columns: {raw['train'].column_names}).")
+    function = token_batch if problem == "token_classification" else sequence_batch
+    return raw.map(function, batched=True, remove_columns=raw["train"].column_names, desc="Tokenizing")
+
+
+def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> dict[str, float]:
+    """Majority class and TF-IDF + logistic regression, trained and scored on the same splits as the model."""
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.linear_model import LogisticRegression
+    except ImportError as error:
+        raise ImportError("--baselines needs scikit-learn: pip install 'sinusoidal-encoder[baselines]'.") from error
+    train_x, train_y = raw["train"][text_col], [str(v) for v in raw["train"][label_col]]
+    eval_x, eval_y = raw["validation"][text_col], [str(v) for v in raw["validation"][label_col]]
+    majority = Counter(train_y).most_common(1)[0][0]
+    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2), max_features=200_000)
+    classifier = LogisticRegression(max_iter=2000, C=10.0)
+    classifier.fit(vectorizer.fit_transform(train_x), train_y)
+    predicted = classifier.predict(vectorizer.transform(eval_x))
+    names = sorted(set(train_y))
+    ids = {n: i for i, n in enumerate(names)}
+    tfidf = accuracy_and_macro_f1([ids[p] for p in predicted], [ids.get(y, -1) for y in eval_y], len(names))
+    major = accuracy_and_macro_f1([ids[majority]] * len(eval_y), [ids.get(y, -1) for y in eval_y], len(names))
+    return {
+        "majority_accuracy": major["accuracy"],
+        "majority_macro_f1": major["macro_f1"],
+        "tfidf_logreg_accuracy": tfidf["accuracy"],
+        "tfidf_logreg_macro_f1": tfidf["macro_f1"],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = parse_args(argv)
+    accelerator = make_accelerator(args)
+    with accelerator.main_process_first():
+        raw = load_task_data(args)
+    text_col = (
+        text_column(raw["train"], args.text_column_name)
+        if args.task == "text-classification"
+        else (args.text_column_name or "tokens")
+    )
+    label_col = label_column(raw["train"], args)
+    if label_col not in raw["validation"].column_names:
+        raise ValueError(f"The validation split has no label column {label_col!r}.")
+    problem, label_names = label_space(raw, label_col, args)
+    num_labels = 1 if problem == "regression" else len(label_names)
+    base_config = check_model_folder(args, num_labels)
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or args.model_name_or_path)
+    with accelerator.main_process_first():
+        encoded = encode(raw, tokenizer, args, problem, label_names, (text_col, args.text_pair_column_name, label_col))
+
+    config = base_config
+    config.num_labels = num_labels
+    if label_names is not None:
+        config.id2label = dict(enumerate(label_names))
+        config.label2id = {name: i for i, name in enumerate(label_names)}
+    config.problem_type = None if problem == "token_classification" else problem
+    auto_class = (
+        AutoModelForTokenClassification if problem == "token_classification" else (AutoModelForSequenceClassification)
+    )
+    model = auto_class.from_pretrained(
+        args.model_name_or_path, config=config, ignore_mismatched_sizes=args.ignore_mismatched_sizes
+    )
+
+    collate = (
+        DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+        if problem == "token_classification"
+        else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)
+    )
+    generator = torch.Generator()
+    train_loader = torch.utils.data.DataLoader(
+        encoded["train"],
+        batch_size=args.per_device_train_batch_size,
+        shuffle=True,
+        generator=generator,
+        collate_fn=collate,
+        num_workers=args.dataloader_num_workers,
+        drop_last=True,
+    )
+    eval_loader = torch.utils.data.DataLoader(
+        encoded["validation"],
+        batch_size=args.per_device_eval_batch_size,
+        generator=torch.Generator(),
+        collate_fn=collate,
+        num_workers=args.dataloader_num_workers,
+    )
+    optimizer = make_optimizer(model, args)
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    task = ClassificationTask(args, problem, label_names, generator)
+    counts = Counter(raw["train"][label_col]) if problem == "single_label_classification" else None
+    header = [
+        f"Task = {args.task} ({problem}), {num_labels} label(s)",
+        f"Training examples = {len(encoded['train']):,}, evaluation examples = {len(encoded['validation']):,}",
+    ]
+    if counts:
+        header.append("Training labels = " + ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
+    progress, final = train(accelerator, args, model, optimizer, train_loader, eval_loader, task, header)
+
+    if args.baselines:
+        if problem != "single_label_classification":
+            raise ValueError("--baselines applies to single-label sequence classification.")
+        baselines = run_baselines(raw, text_col, label_col)
+        final.update(baselines)
+        accelerator.print(
+            f"accuracy: model {final['eval_accuracy']:.4f}, majority class {baselines['majority_accuracy']:.4f}, "
+            f"TF-IDF + logistic regression {baselines['tfidf_logreg_accuracy']:.4f}"
+        )
+    export(args, accelerator, model, tokenizer, progress, final, problem)
+    if args.with_tracking:
+        accelerator.end_training()
+    return final
+
+
+def export(args, accelerator: Accelerator, model, tokenizer, progress, final: dict, problem: str) -> None:
+    """The Hub-ready folder: weights, config with the label names, code, tokenizer, README.md (model card with the
+    results and the baselines), pictures and eval_results.json."""
+    tokens = problem == "token_classification"
+    auto_class = AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification
+    pipeline_tag = "token-classification" if tokens else "text-classification"
+
+    def write_card(exported) -> None:
+        with open(os.path.join(args.output_dir, "eval_results.json"), "w") as handle:
+            json.dump(final, handle, indent=2)
+        labels = "a real number" if problem == "regression" else ", ".join(exported.config.id2label.values())
+        if args.builtin:
+            data = (
+                "The offline downstream task of sinusoidal-encoder: passages of its built-in corpus (Python "
+                f"documentation and docstrings) labelled with the library they document ({labels}); train and "
+                "validation are the corpus's hash-based splits."
+            )
+        else:
+            data = describe_data(args)
+        global_batch = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
+        procedure = (
+            f"Fine-tuned from `{args.model_name_or_path}` for {args.task} ({problem}; labels: {labels}) with "
+            f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
+            f"truncated to {args.max_length} tokens, AdamW (lr {args.learning_rate:g}, weight decay "
+            f"{args.weight_decay} on matrices), {args.lr_scheduler_type} schedule after warmup, global batch "
+            f"{global_batch}, seed {args.seed}."
+        )
+        example = "Tag the words of this sentence ." if tokens else "A passage of documentation to classify."
+        render_model_card(
+            exported,
+            args.output_dir,
+            pictures=draw_pictures(args.output_dir, exported.config),
+            pipeline_tag=pipeline_tag,
+            training_data=data,
+            training_procedure=procedure,
+            metrics={k.removeprefix("eval_"): v for k, v in final.items() if isinstance(v, float)},
+            dataset_id=args.dataset_name,
+            dataset_name="built-in library-of-a-passage task" if args.builtin else None,
+            model_id=args.hub_model_id,
+            base_model=args.base_model_id
+            or (args.model_name_or_path if not os.path.isdir(args.model_name_or_path) else None),
+            intended_uses=f"{args.task} with the labels it was trained on: {labels}.",
+            usage_example=(
+                "```python\nfrom transformers import pipeline\n\n"
+                f'classify = pipeline("{pipeline_tag}", model="{args.hub_model_id or args.output_dir}")\n'
+                f'classify("{example}")\n```'
+            ),
+            extra_tags=(pipeline_tag,),
+        )
+
+    export_model(accelerator, args, model, auto_class, tokenizer, write_card)
+
+
+if __name__ == "__main__":
+    main()

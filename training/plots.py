@@ -1,0 +1,114 @@
+"""Pictures of the sinusoidal encoding and of a training run, drawn with matplotlib (the `plots` extra).
+
+    python training/plots.py outputs/small-builtin          # writes the PNGs into the folder
+
+- encoding_heatmap.png: PE(pos, i) for positions × dimensions (interleaved sin/cos columns);
+- encoding_dot_products.png: PE(p)·PE(p+k) against k, the same curve from every p (it depends on k alone);
+- loss_curves.png: training and evaluation loss against optimizer steps, from the run's metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+
+from sinusoidal_encoder import sinusoidal_position_encoding
+from sinusoidal_encoder.training.engine import read_metrics
+
+PICTURES = {
+    "encoding_heatmap.png": "The sinusoidal position encoding (positions × dimensions)",
+    "encoding_dot_products.png": "PE(p)·PE(p+k) against the offset k",
+    "loss_curves.png": "Training and evaluation loss",
+}
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise ImportError("Plotting needs matplotlib: pip install 'sinusoidal-encoder[plots]'.") from error
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_encoding(path: str, dim: int, base: float = 10000.0, positions: int = 256) -> None:
+    plt = _pyplot()
+    pe = sinusoidal_position_encoding(torch.arange(positions), dim, base).numpy()  # (positions, dim)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    image = ax.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xlabel("dimension (even: sin, odd: cos; frequency falls to the right)")
+    ax.set_ylabel("position")
+    ax.set_title(f"PE(pos, 2i) = sin(pos / {base:g}^(2i/{dim})), PE(pos, 2i+1) = cos(...)")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_dot_products(path: str, dim: int, base: float = 10000.0, max_offset: int = 512) -> None:
+    plt = _pyplot()
+    offsets = torch.arange(max_offset + 1)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for start in (0, 100, 1000):
+        pe = sinusoidal_position_encoding(torch.tensor([start]), dim, base).double()  # (1, dim)
+        shifted = sinusoidal_position_encoding(start + offsets, dim, base).double()  # (K, dim)
+        ax.plot(offsets.numpy(), (shifted @ pe.T).squeeze(-1).numpy(), label=f"p = {start}", linewidth=1.2)
+    ax.set_xlabel("offset k")
+    ax.set_ylabel("PE(p) · PE(p + k)")
+    ax.set_title(f"The curves coincide: the dot product depends on k alone (d = {dim}, peak d/2 at k = 0)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_losses(path: str, metrics: list[dict]) -> bool:
+    """False (and no file) when the log holds no losses."""
+    train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
+    evaluation = [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m]
+    if not train and not evaluation:
+        return False
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    if train:
+        ax.plot(*zip(*train, strict=True), label="training loss", linewidth=1.2)
+    if evaluation:
+        ax.plot(*zip(*evaluation, strict=True), "o-", label="evaluation loss", linewidth=1.2)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_plots(output_dir: str, hidden_size: int, base: float = 10000.0) -> dict[str, str]:
+    """Draw every picture into `output_dir`; return {file name: title} of those written."""
+    plot_encoding(os.path.join(output_dir, "encoding_heatmap.png"), hidden_size, base)
+    plot_dot_products(os.path.join(output_dir, "encoding_dot_products.png"), hidden_size, base)
+    written = {name: PICTURES[name] for name in ("encoding_heatmap.png", "encoding_dot_products.png")}
+    if plot_losses(os.path.join(output_dir, "loss_curves.png"), read_metrics(output_dir)):
+        written["loss_curves.png"] = PICTURES["loss_curves.png"]
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", help="A model folder (config.json; metrics.jsonl for the loss curves).")
+    args = parser.parse_args(argv)
+    with open(os.path.join(args.folder, "config.json")) as handle:
+        config = json.load(handle)
+    written = write_plots(args.folder, config["hidden_size"], config.get("position_encoding_base", 10000.0))
+    for name in written:
+        print(os.path.join(args.folder, name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Publish an exported model folder (from pretraining or fine-tuning) to the Hugging Face Hub.
+
+    python training/publish.py outputs/small-builtin --hub_model_id user/sinusoidal-small [--private]
+
+Uploads the folder as it is (weights, config, code, tokenizer, README.md model card, pictures, metrics) with
+huggingface_hub, never its resumable `checkpoints/`. Log in first (`hf auth login`) or set HF_TOKEN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from sinusoidal_encoder.training.engine import push_folder_to_hub
+
+REQUIRED = ("config.json", "README.md")
+
+
+def check_folder(folder: str) -> None:
+    """Refuse what is not an exported sinusoidal-encoder folder, naming what is missing."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"{folder!r} is not a folder.")
+    missing = [name for name in REQUIRED if not os.path.exists(os.path.join(folder, name))]
+    if not any(name.endswith(".safetensors") for name in os.listdir(folder)):
+        missing.append("model.safetensors")
+    if missing:
+        raise ValueError(f"{folder!r} is not an exported model folder: it has no {', '.join(missing)}.")
+    with open(os.path.join(folder, "config.json")) as handle:
+        model_type = json.load(handle).get("model_type")
+    if model_type != "sinusoidal_encoder":
+        raise ValueError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
+
+
+def main(argv: list[str] | None = None, api=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", help="The exported folder (the --output_dir of pretrain.py or finetune.py).")
+    parser.add_argument("--hub_model_id", required=True, help="The Hub repository, e.g. 'user/my-encoder'.")
+    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
+    parser.add_argument("--commit_message", default=None, help="The commit message of the upload.")
+    args = parser.parse_args(argv)
+    check_folder(args.folder)
+    result = push_folder_to_hub(
+        args.folder, args.hub_model_id, private=args.private, api=api, commit_message=args.commit_message
+    )
+    print(f"uploaded {args.folder} to https://huggingface.co/{args.hub_model_id}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
