@@ -58,6 +58,9 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         sparse_prediction (`bool`, defaults to `False`): when the masked-LM model gets `labels`, project to the
             vocabulary only at the positions that have a label (not -100): `logits` then has shape
             `(num_labelled_tokens, vocab_size)`, in row-major order of those positions. Same loss, far less compute.
+        unpad_inputs (`bool`, defaults to `True`): with an `attention_mask` that masks some tokens (eager or sdpa
+            attention), run the token-wise layers on the real tokens only, packed, and pad again around attention
+            and at the output. Same results on real tokens (padded positions of the outputs are zeros); less compute.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -85,6 +88,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         norm_first: bool = False,
         tie_word_embeddings: bool = True,
         sparse_prediction: bool = False,
+        unpad_inputs: bool = True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -106,6 +110,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.norm_first = norm_first
         self.tie_word_embeddings = tie_word_embeddings
         self.sparse_prediction = sparse_prediction
+        self.unpad_inputs = unpad_inputs
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
         self.check()

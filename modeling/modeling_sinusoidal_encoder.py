@@ -91,18 +91,46 @@ class SinusoidalEncoderEmbeddings(nn.Module):
         input_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        position_encoding: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """`inputs_embeds`, when given, replaces `self.word_embeddings(input_ids)` and is scaled the same way."""
+        """`inputs_embeds`, when given, replaces `self.word_embeddings(input_ids)` and is scaled the same way.
+        `position_encoding`, when given, is the encoding of the positions, already computed."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, d)
-        if position_ids is None:
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device).unsqueeze(0)  # (1, T)
-        position_encoding = sinusoidal_position_encoding(
-            position_ids, self.hidden_size, self.position_encoding_base, dtype=inputs_embeds.dtype
-        )  # (B or 1, T, d)
+        if position_encoding is None:
+            position_encoding = self.encode_positions(position_ids, inputs_embeds.shape[-2], inputs_embeds)
         return self.dropout(inputs_embeds * self.scale + position_encoding)
+
+    def encode_positions(self, position_ids: torch.Tensor | None, seq_len: int, like: torch.Tensor) -> torch.Tensor:
+        """PE of `position_ids`, or of 0…seq_len-1 when None, in the dtype and on the device of `like`."""
+        if position_ids is None:
+            position_ids = torch.arange(seq_len, device=like.device).unsqueeze(0)  # (1, T)
+        return sinusoidal_position_encoding(
+            position_ids, self.hidden_size, self.position_encoding_base, dtype=like.dtype
+        )  # (B or 1, T, d)
+
+
+class Unpadding:
+    """The real (unmasked) tokens of a right- or left-padded batch, kept as one packed sequence of N tokens.
+
+    Token-wise layers (embeddings, projections, feed-forward, LayerNorm) then compute nothing for padding; only
+    attention sees the padded layout again (scattered back for eager/sdpa). The packed `(N, d)` layout with
+    `cu_seqlens` is also what flash-attention's variable-length kernel takes."""
+
+    def __init__(self, attention_mask: torch.Tensor):
+        self.batch_size, self.seq_len = attention_mask.shape
+        self.indices = attention_mask.flatten().nonzero().squeeze(-1)  # (N,): positions in the flattened (B*T)
+        lengths = attention_mask.sum(dim=-1, dtype=torch.int32)  # (B,)
+        self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B+1,)
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        return padded.reshape(self.batch_size * self.seq_len, *padded.shape[2:])[self.indices]  # (N, ...)
+
+    def pad(self, packed: torch.Tensor) -> torch.Tensor:
+        flat = packed.new_zeros((self.batch_size * self.seq_len, *packed.shape[1:]))
+        return flat.index_copy(0, self.indices, packed).view(self.batch_size, self.seq_len, *packed.shape[1:])
 
 
 def eager_attention_forward(
@@ -154,8 +182,12 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         output_attentions: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        batch_size, seq_len, hidden_size = hidden_states.shape
-        qkv = self.qkv(hidden_states).view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
+        unpadding: Unpadding | None = kwargs.pop("unpadding", None)
+        qkv = self.qkv(hidden_states)  # (B, T, 3d), or (N, 3d) packed
+        if unpadding is not None:
+            qkv = unpadding.pad(qkv)  # (B, T, 3d): attention needs the sequences
+        batch_size, seq_len, _ = qkv.shape
+        qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
 
         attention_interface: Callable = eager_attention_forward
@@ -173,7 +205,9 @@ class SinusoidalEncoderSelfAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )  # (B, T, nh, hs)
-        attn_output = attn_output.reshape(batch_size, seq_len, hidden_size)  # (B, T, d)
+        attn_output = attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim)  # (B, T, d)
+        if unpadding is not None:
+            attn_output = unpadding.unpad(attn_output)  # (N, d)
         return self.out_proj(attn_output), attn_weights
 
 
@@ -243,21 +277,23 @@ class SinusoidalEncoderStack(nn.Module):
         output_hidden_states: bool = False,
         **kwargs,
     ) -> BaseModelOutput:
+        unpadding: Unpadding | None = kwargs.get("unpadding")
+        padded = unpadding.pad if unpadding is not None else (lambda x: x)
         all_hidden_states = () if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
             if output_hidden_states:
-                all_hidden_states += (hidden_states,)
+                all_hidden_states += (padded(hidden_states),)
             # hidden_states goes positionally: gradient checkpointing needs the tensors that require grad there
             hidden_states, attn_weights = layer(hidden_states, attention_mask, output_attentions, **kwargs)
             if output_attentions:
                 all_attentions += (attn_weights,)
         if output_hidden_states:
-            all_hidden_states += (hidden_states,)
+            all_hidden_states += (padded(hidden_states),)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+            last_hidden_state=padded(hidden_states), hidden_states=all_hidden_states, attentions=all_attentions
         )
 
 
@@ -435,14 +471,45 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
 
-        hidden_states = self.embeddings(input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds)
         if output_attentions and self.config._attn_implementation != "eager":
             logger.warning_once(
                 f"`output_attentions=True` is computed with eager attention instead of "
                 f"{self.config._attn_implementation!r}, which cannot return the attention probabilities."
             )
+        reference = input_ids if input_ids is not None else inputs_embeds
+        batch_size, seq_len = reference.shape[:2]
+        unpadding = None
+        if (
+            self.config.unpad_inputs
+            and attention_mask is not None
+            and attention_mask.dim() == 2
+            and self.config._attn_implementation in ("sdpa", "eager")
+            and not attention_mask.bool().all()
+        ):
+            unpadding = Unpadding(attention_mask.bool())
+            kwargs["unpadding"] = unpadding
+            if position_ids is None:  # the encoding of 0…T-1 once, then a row per real token
+                table = self.embeddings.encode_positions(None, seq_len, self.embeddings.word_embeddings.weight)[0]
+                encoding = table[unpadding.indices % seq_len]  # (N, d)
+            else:
+                encoding = self.embeddings.encode_positions(
+                    unpadding.unpad(position_ids.expand(batch_size, seq_len)),
+                    seq_len,
+                    self.embeddings.word_embeddings.weight,
+                )  # (N, d)
+            hidden_states = self.embeddings(
+                input_ids=unpadding.unpad(input_ids) if input_ids is not None else None,
+                inputs_embeds=unpadding.unpad(inputs_embeds) if inputs_embeds is not None else None,
+                position_encoding=encoding,
+            )  # (N, d)
+            shape_of = reference.new_empty((batch_size, seq_len, 0), dtype=hidden_states.dtype)  # for the mask
+        else:
+            hidden_states = self.embeddings(
+                input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+            )  # (B, T, d)
+            shape_of = hidden_states
         attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            config=self.config, inputs_embeds=shape_of, attention_mask=attention_mask
         )
         outputs = self.encoder(
             hidden_states,

@@ -136,3 +136,22 @@ def test_multiple_choice():
     torch.testing.assert_close(single, out.logits[0, 1], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="num_choices"):
         model(random_ids(2, 8))
+
+
+def test_sparse_prediction_gives_the_dense_loss_and_gradients():
+    dense = se.SinusoidalEncoderForMaskedLM(tiny_config())
+    sparse = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True))
+    sparse.load_state_dict(dense.state_dict())
+    ids = random_ids(3, 12)
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5], labels[1, 6], labels[2, 11] = 7, 8, 9, 10
+    out_dense, out_sparse = dense(ids, labels=labels), sparse(ids, labels=labels)
+    assert out_dense.logits.shape == (3, 12, 99) and out_sparse.logits.shape == (4, 99)  # labelled positions only
+    torch.testing.assert_close(out_sparse.loss, out_dense.loss, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(out_sparse.logits, out_dense.logits[labels != -100], atol=1e-5, rtol=1e-5)
+    out_dense.loss.backward()
+    out_sparse.loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
+    # without labels (pipelines, users) the logits stay dense
+    assert sparse(ids).logits.shape == (3, 12, 99)

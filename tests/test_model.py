@@ -154,7 +154,9 @@ def test_output_attentions_hidden_states_and_tuples(attn_implementation):
         assert probs.shape == (2, 4, 10, 10)
         torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 10))
         assert probs[1, :, :, 6:].abs().max() == 0  # nobody attends to padding
-    assert torch.equal(out.hidden_states[0], model.embeddings(input_ids=ids))
+    real = mask.bool()
+    assert torch.equal(out.hidden_states[0][real], model.embeddings(input_ids=ids)[real])
+    assert all(h[~real].abs().max() == 0 for h in out.hidden_states)  # padding is never computed (unpad_inputs)
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
     assert isinstance(as_tuple, tuple) and len(as_tuple) == 3
     assert torch.equal(as_tuple[0], out.last_hidden_state)
@@ -250,3 +252,55 @@ def test_dropout_is_active_in_training_only():
     assert (embedded == 0).float().mean() > 0.1  # dropout on the sum of embeddings and encoding
     model.eval()
     assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_unpadded_path_equals_the_padded_one_on_real_tokens(norm_first, attn_implementation):
+    """`unpad_inputs` runs token-wise layers on the real tokens only: same outputs and gradients on real tokens."""
+
+    def build(unpad):
+        config = tiny_config(norm_first=norm_first, unpad_inputs=unpad, num_labels=3)
+        return AutoModelForMaskedLM.from_config(config, attn_implementation=attn_implementation)
+
+    padded_model, unpadded_model = build(False), build(True)
+    unpadded_model.load_state_dict(padded_model.state_dict())
+    ids = random_ids(3, 17)
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    mask[2, 11:] = 0
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
+    labels[mask == 0] = -100
+    outs = []
+    for model in (padded_model, unpadded_model):
+        out = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+        out.loss.backward()
+        outs.append(out)
+    real = mask.bool()
+    torch.testing.assert_close(outs[1].logits[real], outs[0].logits[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[1].loss, outs[0].loss, atol=1e-6, rtol=1e-6)
+    for a, b in zip(outs[0].hidden_states, outs[1].hidden_states, strict=True):
+        torch.testing.assert_close(b[real], a[real], atol=1e-5, rtol=1e-5)
+    for (name, a), b in zip(padded_model.named_parameters(), unpadded_model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+    # explicit position_ids (left padding) take the same path
+    left = torch.stack([torch.roll(ids[0], 12), ids[1], ids[2]])
+    left_mask = torch.stack([torch.roll(mask[0], 12), mask[1], mask[2]])
+    positions = (left_mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        a = padded_model(left, attention_mask=left_mask, position_ids=positions).logits
+        b = unpadded_model(left, attention_mask=left_mask, position_ids=positions).logits
+    torch.testing.assert_close(b[left_mask.bool()], a[left_mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+def test_unpadding_packs_real_tokens_with_cu_seqlens():
+    from sinusoidal_encoder.modeling_sinusoidal_encoder import Unpadding
+
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 0], [1, 1, 1, 1]]).bool()
+    unpadding = Unpadding(mask)
+    assert unpadding.indices.tolist() == [0, 1, 2, 5, 6, 8, 9, 10, 11]
+    assert unpadding.cu_seqlens.tolist() == [0, 3, 5, 9]  # flash-attention's varlen layout
+    x = torch.arange(12.0).view(3, 4, 1)
+    packed = unpadding.unpad(x)
+    assert packed.shape == (9, 1)
+    assert torch.equal(unpadding.pad(packed), x * mask.unsqueeze(-1))
