@@ -298,7 +298,12 @@ def main() -> None:
         args.repeats,
     )
     rows.append(
-        row(f"inference, padded 32 × 40–256 → 256 ({real:,} real tokens/s)", real / t_ours, real / t_bert, "tokens/s")
+        row(
+            f"inference, padded 32 × 40–256 → 256 ({real:,} real tokens; real tokens/s)",
+            real / t_ours,
+            real / t_bert,
+            "tokens/s",
+        )
     )
 
     # 4. optional torch.compile of ours (eager BERT as the reference)

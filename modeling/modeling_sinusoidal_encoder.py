@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from torch.nn import CrossEntropyLoss
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
@@ -470,6 +470,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        kwargs.pop("num_items_in_batch", None)
 
         if output_attentions and self.config._attn_implementation != "eager":
             logger.warning_once(
@@ -554,6 +555,7 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
         r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere. With
         `config.sparse_prediction`, `logits` then covers only the labelled positions: `(num_labelled, vocab_size)`."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -571,14 +573,30 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
         logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+            loss_sum = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
         return output if return_dict else output.to_tuple()
 
 
-def _sequence_classification_loss(config: SinusoidalEncoderConfig, logits: torch.Tensor, labels: torch.Tensor):
+def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch: int | torch.Tensor | None):
+    """A loss summed over items, divided by the items of this batch, or by `num_items_in_batch` when the caller
+    (transformers' Trainer under gradient accumulation) counts them over several batches."""
+    if num_items_in_batch is not None:
+        return loss_sum / num_items_in_batch
+    return loss_sum / count
+
+
+def _sequence_classification_loss(
+    config: SinusoidalEncoderConfig,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+):
     """BERT's three problem types, inferred from `num_labels` and the label dtype when `config.problem_type` is
     unset: regression (MSE), single-label (cross-entropy), multi-label (BCE with logits)."""
     num_labels = logits.shape[-1]
@@ -590,13 +608,15 @@ def _sequence_classification_loss(config: SinusoidalEncoderConfig, logits: torch
         else:
             config.problem_type = "multi_label_classification"
     if config.problem_type == "regression":
-        if num_labels == 1:
-            return MSELoss()(logits.squeeze(-1).float(), labels.view(-1).float())
-        return MSELoss()(logits.float(), labels.float())
+        target = labels.view(-1).float() if num_labels == 1 else labels.float()
+        prediction = logits.squeeze(-1).float() if num_labels == 1 else logits.float()
+        return _mean(F.mse_loss(prediction, target, reduction="sum"), target.numel(), num_items_in_batch)
     if config.problem_type == "single_label_classification":
-        return CrossEntropyLoss()(logits.view(-1, num_labels).float(), labels.view(-1))
+        loss_sum = F.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1), reduction="sum")
+        return _mean(loss_sum, labels.numel(), num_items_in_batch)
     if config.problem_type == "multi_label_classification":
-        return BCEWithLogitsLoss()(logits.float(), labels.float())
+        loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum")
+        return _mean(loss_sum, labels.numel(), num_items_in_batch)
     raise ValueError(f"Unknown `problem_type` {config.problem_type!r}.")
 
 
@@ -631,6 +651,7 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
         r"""labels (`(batch_size,)`, or `(batch_size, num_labels)` floats for multi-label): targets; the problem type
         follows `config.problem_type` or is inferred as in BERT."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -643,7 +664,9 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
         )
         pooled = self.pooler(outputs.last_hidden_state, attention_mask)  # (B, d)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        loss = _sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = _sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -675,6 +698,7 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
     ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
         r"""labels (`(batch_size, seq_len)`): a class per token, -100 where no loss is wanted."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -688,7 +712,10 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100)
+            loss_sum = F.cross_entropy(
+                logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100, reduction="sum"
+            )
+            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -720,6 +747,7 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
         r"""start_positions, end_positions (`(batch_size,)`): token indices of the answer span; positions outside the
         sequence are ignored in the loss (as in BERT)."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        kwargs.pop("num_items_in_batch", None)
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -775,6 +803,7 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
         r"""input_ids, attention_mask, position_ids (`(batch_size, num_choices, seq_len)`); inputs_embeds
         (`(batch_size, num_choices, seq_len, hidden_size)`); labels (`(batch_size,)`): index of the right choice."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None or reference.dim() < 3:
             raise ValueError("`input_ids` (or `inputs_embeds`) must have shape (batch_size, num_choices, seq_len).")
@@ -796,7 +825,10 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
         )
         pooled = self.pooler(outputs.last_hidden_state, flat(attention_mask, 1))  # (B*C, d)
         logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)  # (B, C)
-        loss = CrossEntropyLoss()(logits.float(), labels.view(-1)) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss_sum = F.cross_entropy(logits.float(), labels.view(-1), reduction="sum")
+            loss = _mean(loss_sum, labels.numel(), num_items_in_batch)
         output = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
