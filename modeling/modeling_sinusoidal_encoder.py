@@ -485,19 +485,18 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             and attention_mask is not None
             and attention_mask.dim() == 2
             and self.config._attn_implementation in ("sdpa", "eager")
+            and not torch.compiler.is_compiling()  # data-dependent shapes: compiled graphs keep the padded path
             and not attention_mask.bool().all()
         ):
             unpadding = Unpadding(attention_mask.bool())
             kwargs["unpadding"] = unpadding
+            like = inputs_embeds if inputs_embeds is not None else self.embeddings.word_embeddings.weight
             if position_ids is None:  # the encoding of 0…T-1 once, then a row per real token
-                table = self.embeddings.encode_positions(None, seq_len, self.embeddings.word_embeddings.weight)[0]
+                table = self.embeddings.encode_positions(None, seq_len, like)[0]  # (T, d)
                 encoding = table[unpadding.indices % seq_len]  # (N, d)
             else:
-                encoding = self.embeddings.encode_positions(
-                    unpadding.unpad(position_ids.expand(batch_size, seq_len)),
-                    seq_len,
-                    self.embeddings.word_embeddings.weight,
-                )  # (N, d)
+                positions = unpadding.unpad(position_ids.expand(batch_size, seq_len))  # (N,)
+                encoding = self.embeddings.encode_positions(positions, seq_len, like)  # (N, d)
             hidden_states = self.embeddings(
                 input_ids=unpadding.unpad(input_ids) if input_ids is not None else None,
                 inputs_embeds=unpadding.unpad(inputs_embeds) if inputs_embeds is not None else None,

@@ -52,3 +52,20 @@ def test_one_graph_serves_every_sequence_length():
         for length in (5, 11, 64, 300):
             compiled(random_ids(2, length, seed=length))
     assert counter.frame_count == 1  # no recompilation per length, no graph break (fullgraph)
+
+
+def test_padded_batches_compile_without_graph_breaks():
+    """Unpadding has data-dependent shapes, so compiled graphs take the padded path: still one graph, same result."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    compiled = torch.compile(model, backend=counter, dynamic=True, fullgraph=True)
+    ids = random_ids(3, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        got = compiled(ids, attention_mask=mask).last_hidden_state
+        expected = model(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=1e-5, rtol=1e-5)
+    assert counter.frame_count == 1

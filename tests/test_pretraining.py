@@ -104,7 +104,9 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     config = json.loads((out / "config.json").read_text())
     assert config["max_position_embeddings"] == 32 and config["sparse_prediction"] is False
     assert config["hidden_size"] == 32 and "AutoModelForMaskedLM" in config["auto_map"]
-    assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tokenizer_config["model_max_length"] == 32
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4.x knows too
     logged = metrics(out)
     train_steps = [m["step"] for m in logged if "train_loss" in m]
     assert train_steps == [1, 2, 3, 4, 5, 6]

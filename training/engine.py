@@ -466,6 +466,19 @@ def train(
     return progress, final
 
 
+def save_tokenizer(tokenizer, folder: str) -> None:
+    """`save_pretrained`, then name the class `PreTrainedTokenizerFast`: transformers 5 writes its own class name
+    (`TokenizersBackend`), which transformers 4.x does not know; the alias loads on both."""
+    tokenizer.save_pretrained(folder)
+    path = os.path.join(folder, "tokenizer_config.json")
+    with open(path) as handle:
+        config = json.load(handle)
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        with open(path, "w") as handle:
+            json.dump(config, handle, indent=2)
+
+
 def describe_data(args: argparse.Namespace) -> str:
     """The training data of a run as the model card states it (Hub dataset or local files)."""
     source = f"`{args.dataset_name or args.train_file}`"
@@ -482,7 +495,7 @@ def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto
         fresh = auto_class.from_config(accelerator.unwrap_model(model).config)
         fresh.load_state_dict(state_dict)
         fresh.save_pretrained(args.output_dir)
-        tokenizer.save_pretrained(args.output_dir)
+        save_tokenizer(tokenizer, args.output_dir)
         write_card(fresh)
         accelerator.print(f"saved the model to {args.output_dir}")
         if args.push_to_hub:

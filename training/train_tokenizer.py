@@ -20,6 +20,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 
 from sinusoidal_encoder.training.data import add_data_arguments, iterate_texts, load_raw_datasets, text_column
+from sinusoidal_encoder.training.engine import save_tokenizer
 
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",
@@ -79,14 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     raw = load_raw_datasets(args)
     column = text_column(raw["train"], args.text_column_name)
     tokenizer = build_tokenizer(iterate_texts(raw, column), args.vocab_size, args.min_frequency, args.model_max_length)
-    tokenizer.save_pretrained(args.output_dir)
-    # transformers 5 writes its own class name, which 4.x does not know; this alias loads on both
-    config_path = os.path.join(args.output_dir, "tokenizer_config.json")
-    with open(config_path) as handle:
-        tokenizer_config = json.load(handle)
-    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
-    with open(config_path, "w") as handle:
-        json.dump(tokenizer_config, handle, indent=2)
+    save_tokenizer(tokenizer, args.output_dir)
     source = args.dataset_name or args.train_file or "the built-in corpus (training/corpus.py)"
     with open(os.path.join(args.output_dir, "training_args.json"), "w") as handle:
         json.dump({**vars(args), "trained_on": source, "vocab_size_trained": len(tokenizer)}, handle, indent=2)
