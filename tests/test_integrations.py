@@ -146,3 +146,23 @@ def test_peft_lora_train_save_reload_and_merge(tmp_path, tokenizer):
         merged = reloaded.merge_and_unload()
         assert isinstance(merged, se.SinusoidalEncoderForSequenceClassification)
         torch.testing.assert_close(merged(**batch).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
+    sentence_transformers = pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+    from sinusoidal_encoder.training.engine import save_tokenizer, write_sentence_transformers_files
+
+    model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
+    model.save_pretrained(tmp_path)
+    save_tokenizer(tokenizer, str(tmp_path))
+    write_sentence_transformers_files(str(tmp_path), model.config.hidden_size, 64)
+    encoder = sentence_transformers.SentenceTransformer(str(tmp_path), device="cpu")
+    sentences = ["The function returns a list.", "Open the file for reading, then close it again."]
+    embeddings = encoder.encode(sentences, convert_to_tensor=True)
+    assert embeddings.shape == (2, model.config.hidden_size)
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    weights = batch["attention_mask"].unsqueeze(-1).float()
+    expected = (hidden * weights).sum(1) / weights.sum(1)  # transformer + mean pooling, by hand
+    torch.testing.assert_close(embeddings, expected, atol=1e-5, rtol=1e-5)

@@ -100,7 +100,10 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
         "tokenizer_config.json",
         "README.md",
         "metrics.jsonl",
+        "modules.json",  # sentence-transformers: transformer + mean pooling
+        "sentence_bert_config.json",
     } <= files
+    assert (out / "1_Pooling" / "config.json").exists()
     config = json.loads((out / "config.json").read_text())
     assert config["max_position_embeddings"] == 32 and config["sparse_prediction"] is False
     assert config["hidden_size"] == 32 and "AutoModelForMaskedLM" in config["auto_map"]

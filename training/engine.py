@@ -479,6 +479,34 @@ def save_tokenizer(tokenizer, folder: str) -> None:
             json.dump(config, handle, indent=2)
 
 
+def write_sentence_transformers_files(folder: str, hidden_size: int, max_seq_length: int) -> None:
+    """The files with which `SentenceTransformer(folder)` loads an exported folder as transformer + mean pooling,
+    in the long-standing format every sentence-transformers release reads."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    pooling = {
+        "word_embedding_dimension": hidden_size,
+        "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False,
+        "include_prompt": True,
+    }
+    files = {
+        "modules.json": modules,
+        "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": False},
+        os.path.join("1_Pooling", "config.json"): pooling,
+    }
+    os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
+    for name, content in files.items():
+        with open(os.path.join(folder, name), "w") as handle:
+            json.dump(content, handle, indent=2)
+
+
 def describe_data(args: argparse.Namespace) -> str:
     """The training data of a run as the model card states it (Hub dataset or local files)."""
     source = f"`{args.dataset_name or args.train_file}`"
@@ -496,6 +524,7 @@ def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto
         fresh.load_state_dict(state_dict)
         fresh.save_pretrained(args.output_dir)
         save_tokenizer(tokenizer, args.output_dir)
+        write_sentence_transformers_files(args.output_dir, fresh.config.hidden_size, tokenizer.model_max_length)
         write_card(fresh)
         accelerator.print(f"saved the model to {args.output_dir}")
         if args.push_to_hub:
