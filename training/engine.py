@@ -15,10 +15,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.logging import get_logger
 from tqdm.auto import tqdm
-
-logger = get_logger(__name__)
 
 CHECKPOINT_PATTERN = re.compile(r"^step_(\d+)$")
 METRICS_FILE = "metrics.jsonl"

@@ -17,7 +17,6 @@ import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from accelerate.logging import get_logger
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
@@ -45,8 +44,6 @@ from sinusoidal_encoder.training.engine import (
     train,
 )
 from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
-
-logger = get_logger(__name__)
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
 MODEL_SIZES = {
