@@ -5,7 +5,8 @@
     python benchmarks/benchmark.py --compile            # adds our torch.compile path
 
 Every row is a median over interleaved repetitions (ours, BERT, ours, BERT, ...) on this machine, with the ratio
-ours / BERT. Both models have the same hidden size, layers, heads, FFN size, vocabulary (30522) and activation (GELU);
+ours / BERT. Each model runs in a worker process of its own (its own allocator heap, as in a user's program); the
+parent asks the two workers for one timed call in turn. Both models have the same hidden size, layers, heads, FFN size, vocabulary (30522) and activation (GELU);
 BERT uses sdpa attention like ours. Nothing here asserts a time: the tests check that every optimisation computes
 the same thing.
 """
@@ -57,25 +58,57 @@ def configs(size: str, dropout: float = 0.1):
     return ours, bert
 
 
-def median_time(fn: Callable[[], None], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+class Worker:
+    """One model and one workload in a process of its own, timing one call per request on its stdin.
+
+    Each model gets its own process, hence its own allocator heap, as it would in a user's program. In one shared
+    process the two models' allocations change each other's page faults (glibc returns large freed buffers to the
+    system, and whichever model allocates next maps and faults them again), which skews the comparison by 10-30%
+    either way depending on the order of the calls."""
+
+    def __init__(self, which: str, workload: str, size: str):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--size", size, "--_worker", which, "--_workload", workload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._read()  # "ready": the model is built (and compiled) before the clock starts
+
+    def _read(self) -> dict:
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"benchmark worker {self.proc.args[-3:]} exited with {self.proc.wait()}")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def seconds(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return self._read()["seconds"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
-def interleaved(ours: Callable[[], None], bert: Callable[[], None], repeats: int, warmup: int = 1):
-    """Median seconds of each, measured alternately so that machine noise hits both alike."""
-    for _ in range(warmup):
-        ours()
-        bert()
-    a, b = [], []
-    for _ in range(repeats):
-        a.append(median_time(ours, 1))
-        b.append(median_time(bert, 1))
-    return statistics.median(a), statistics.median(b)
+def interleaved(size: str, ours: str, bert: str, repeats: int, warmup: int = 2) -> tuple[float, float]:
+    """Median seconds of our workload and BERT's, each in its own process, measured alternately (ours, BERT, ours,
+    ...) so that machine noise hits both alike."""
+    workers = Worker("ours", ours, size), Worker("bert", bert, size)
+    try:
+        for _ in range(warmup):
+            for worker in workers:
+                worker.seconds()
+        times = [[], []]
+        for _ in range(repeats):
+            for worker, series in zip(workers, times, strict=True):
+                series.append(worker.seconds())
+        return statistics.median(times[0]), statistics.median(times[1])
+    finally:
+        for worker in workers:
+            worker.close()
 
 
 def mlm_batch(batch: int, length: int, seed: int = 0):
@@ -84,6 +117,19 @@ def mlm_batch(batch: int, length: int, seed: int = 0):
     masked = torch.rand(batch, length, generator=generator) < 0.15
     labels = torch.where(masked, ids, torch.full_like(ids, -100))
     return ids.masked_fill(masked, 4), labels
+
+
+def padded_batch(seed: int = 1):
+    """32 sequences of 40–256 tokens, right-padded to 256."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(40, 257, (32,), generator=generator)
+    ids = torch.randint(5, VOCAB, (32, 256), generator=generator)
+    mask = (torch.arange(256)[None] < lengths[:, None]).long()
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def dense_batch():
+    return torch.randint(5, VOCAB, (32, 128), generator=torch.Generator().manual_seed(2))
 
 
 def train_step_fn(model, ids, labels):
@@ -107,6 +153,40 @@ def inference_fn(model, **inputs):
             model(**inputs)
 
     return run
+
+
+def workload_fn(which: str, workload: str, size: str) -> Callable[[], None]:
+    """The timed call of one row: the same seeded weights and inputs in every process."""
+    torch.manual_seed(0)
+    ours_config, bert_config = configs(size)
+    if workload == "train":
+        ids, labels = mlm_batch(16, 128)
+        if which == "ours":
+            ours_config.sparse_prediction = True  # the vocabulary projection at masked positions only
+            return train_step_fn(se.SinusoidalEncoderForMaskedLM(ours_config), ids, labels)
+        return train_step_fn(BertForMaskedLM(bert_config), ids, labels)
+    if workload == "relu":  # the paper's FFN, our default: what ships, not a like-for-like size
+        ours_config.hidden_act = "relu"
+    model = se.SinusoidalEncoderModel(ours_config) if which == "ours" else BertModel(bert_config)
+    if workload == "compiled":
+        from torch._inductor import config as inductor_config
+
+        inductor_config.freezing = True  # inference: fold the weights in as constants, prepack them for CPU
+        model = torch.compile(model.eval(), dynamic=True)
+    if workload == "padded":
+        ids, mask = padded_batch()
+        return inference_fn(model, input_ids=ids, attention_mask=mask)
+    return inference_fn(model, input_ids=dense_batch())
+
+
+def serve_workload(which: str, workload: str, size: str) -> None:
+    """Worker process: build the workload, then time one call per line read from stdin."""
+    run = workload_fn(which, workload, size)
+    print(json.dumps({"ready": True}), flush=True)
+    for _ in sys.stdin:
+        start = time.perf_counter()
+        run()
+        print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
 
 
 def forward_flops(config, tokens: int, seq_len: int, head_tokens: int, vocab_projection: bool) -> float:
@@ -229,27 +309,26 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="Markdown file for the table (default: benchmarks/).")
     parser.add_argument("--_memory_child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--_length", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--_workload", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._memory_child:
         memory_child(args._memory_child, args.size, args._length)
         return
-    torch.manual_seed(0)
+    if args._worker:
+        serve_workload(args._worker, args._workload, args.size)
+        return
     ours_config, bert_config = configs(args.size)
     rows = []
 
     # 1. MLM training step: forward, backward, AdamW; ours projects to the vocabulary at masked positions only
-    ours_mlm_config, _ = configs(args.size)
-    ours_mlm_config.sparse_prediction = True
-    ours_mlm, bert_mlm = se.SinusoidalEncoderForMaskedLM(ours_mlm_config), BertForMaskedLM(bert_config)
+    t_ours, t_bert = interleaved(args.size, "train", "train", args.repeats)
     ids, labels = mlm_batch(16, 128)
-    t_ours, t_bert = interleaved(
-        train_step_fn(ours_mlm, ids, labels), train_step_fn(bert_mlm, ids, labels), args.repeats
-    )
     tokens = ids.numel()
     rows.append(row("MLM training step, 16 × 128 (tokens/s)", tokens / t_ours, tokens / t_bert, "tokens/s"))
     train_tokens_per_second = tokens / t_ours
     masked = int((labels != -100).sum())
-    flops_ours = 3 * forward_flops(ours_mlm_config, tokens, 128, masked, True)
+    flops_ours = 3 * forward_flops(ours_config, tokens, 128, masked, True)
     flops_bert = 3 * forward_flops(bert_config, tokens, 128, tokens, True)
     peak = matmul_peak()
     rows.append(
@@ -260,43 +339,19 @@ def main() -> None:
             "fraction",
         )
     )
-    del ours_mlm, bert_mlm
 
-    # 2. dense inference of the encoders
-    ours_base, bert_base = se.SinusoidalEncoderModel(ours_config), BertModel(bert_config)
-    ids = torch.randint(5, VOCAB, (32, 128))
-    t_ours, t_bert = interleaved(
-        inference_fn(ours_base, input_ids=ids), inference_fn(bert_base, input_ids=ids), args.repeats
-    )
-    rows.append(row("inference, dense 32 × 128 (tokens/s)", ids.numel() / t_ours, ids.numel() / t_bert, "tokens/s"))
-    relu_config, _ = configs(args.size)
-    relu_config.hidden_act = "relu"  # the paper's FFN, our default: what ships, not a like-for-like size
-    ours_relu = se.SinusoidalEncoderModel(relu_config)
-    t_relu, t_bert = interleaved(
-        inference_fn(ours_relu, input_ids=ids), inference_fn(bert_base, input_ids=ids), args.repeats
-    )
-    rows.append(
-        row(
-            "inference, dense 32 × 128, ours with ReLU (the paper's default) (tokens/s)",
-            ids.numel() / t_relu,
-            ids.numel() / t_bert,
-            "tokens/s",
-        )
-    )
-    del ours_relu
+    # 2. dense inference of the encoders (BERT always with GELU)
+    tokens = dense_batch().numel()
+    for workload, name in (
+        ("dense", "inference, dense 32 × 128 (tokens/s)"),
+        ("relu", "inference, dense 32 × 128, ours with ReLU (the paper's default) (tokens/s)"),
+    ):
+        t_ours, t_bert = interleaved(args.size, workload, "dense", args.repeats)
+        rows.append(row(name, tokens / t_ours, tokens / t_bert, "tokens/s"))
 
     # 3. padded inference: 32 sequences of 40–256 tokens padded to 256, counting real tokens
-    generator = torch.Generator().manual_seed(1)
-    lengths = torch.randint(40, 257, (32,), generator=generator)
-    ids = torch.randint(5, VOCAB, (32, 256), generator=generator)
-    mask = (torch.arange(256)[None] < lengths[:, None]).long()
-    ids = ids.masked_fill(mask == 0, 0)
-    real = int(mask.sum())
-    t_ours, t_bert = interleaved(
-        inference_fn(ours_base, input_ids=ids, attention_mask=mask),
-        inference_fn(bert_base, input_ids=ids, attention_mask=mask),
-        args.repeats,
-    )
+    real = int(padded_batch()[1].sum())
+    t_ours, t_bert = interleaved(args.size, "padded", "padded", args.repeats)
     rows.append(
         row(
             f"inference, padded 32 × 40–256 → 256 ({real:,} real tokens; real tokens/s)",
@@ -308,23 +363,12 @@ def main() -> None:
 
     # 4. optional torch.compile of ours (eager BERT as the reference)
     if args.compile:
-        from torch._inductor import config as inductor_config
-
-        inductor_config.freezing = True  # inference: fold the weights in as constants, prepack them for CPU
-        compiled = torch.compile(ours_base, dynamic=True)
-        dense = torch.randint(5, VOCAB, (32, 128))
-        t_compiled, t_bert = interleaved(
-            inference_fn(compiled, input_ids=dense), inference_fn(bert_base, input_ids=dense), args.repeats, warmup=2
-        )
+        t_compiled, t_bert = interleaved(args.size, "compiled", "dense", args.repeats, warmup=3)
         rows.append(
             row(
-                "inference, dense 32 × 128, ours compiled (tokens/s)",
-                dense.numel() / t_compiled,
-                dense.numel() / t_bert,
-                "tokens/s",
+                "inference, dense 32 × 128, ours compiled (tokens/s)", tokens / t_compiled, tokens / t_bert, "tokens/s"
             )
         )
-    del ours_base, bert_base
 
     # 5. the data pipeline against what training consumes
     pipeline_tps = data_pipeline_tokens_per_second()

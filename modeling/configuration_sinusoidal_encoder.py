@@ -58,9 +58,15 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         sparse_prediction (`bool`, defaults to `False`): when the masked-LM model gets `labels`, project to the
             vocabulary only at the positions that have a label (not -100): `logits` then has shape
             `(num_labelled_tokens, vocab_size)`, in row-major order of those positions. Same loss, far less compute.
-        unpad_inputs (`bool`, defaults to `True`): with an `attention_mask` that masks some tokens (eager or sdpa
-            attention), run the token-wise layers on the real tokens only, packed, and pad again around attention
-            and at the output. Same results on real tokens (padded positions of the outputs are zeros); less compute.
+        unpad_inputs (`bool`, defaults to `True`): with an `attention_mask` that masks some tokens (eager, sdpa or
+            flash attention), run the model on the real tokens only, packed into `(N, d)` with `cu_seqlens`:
+            flash-attention's variable-length kernel takes them as they are, eager and sdpa attention on the CPU
+            attend within each sequence in turn, and elsewhere attention sees the padded layout again. Same results
+            on real tokens (padded positions of the outputs are zeros); less compute.
+        random_position_offset (`int`, defaults to 0): in training, when no `position_ids` are passed, each sequence's
+            positions start at an offset drawn uniformly from 0…`random_position_offset` instead of 0, so that the
+            model meets positions far beyond its training length without training on longer sequences. Evaluation
+            and inference always start at 0. 0 turns it off.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -89,6 +95,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         tie_word_embeddings: bool = True,
         sparse_prediction: bool = False,
         unpad_inputs: bool = True,
+        random_position_offset: int = 0,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -111,6 +118,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.tie_word_embeddings = tie_word_embeddings
         self.sparse_prediction = sparse_prediction
         self.unpad_inputs = unpad_inputs
+        self.random_position_offset = random_position_offset
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
         self.check()
@@ -128,6 +136,9 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        offset = self.random_position_offset
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"`random_position_offset` must be a non-negative integer, got {offset!r}.")
         if self.hidden_size % 2:
             raise ValueError(
                 f"`hidden_size` must be even: the sinusoidal encoding pairs a sine and a cosine per frequency, "

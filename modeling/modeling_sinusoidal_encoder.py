@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import cached_property, partial
+from itertools import pairwise
 
 import torch
 from torch import nn
@@ -38,6 +40,17 @@ from transformers.utils import logging
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
 
 logger = logging.get_logger(__name__)
+
+# In-place kernels of the activations whose `ACT2FN` module calls exactly that kernel out of place (the others, such
+# as the Python-written "gelu_new" and "quick_gelu", always run out of place).
+_INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu_,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_pytorch_tanh": partial(torch.ops.aten.gelu_, approximate="tanh"),
+    "silu": partial(F.silu, inplace=True),
+    "swish": partial(F.silu, inplace=True),
+    "tanh": torch.tanh_,
+}
 
 
 def sinusoidal_position_encoding(
@@ -113,17 +126,28 @@ class SinusoidalEncoderEmbeddings(nn.Module):
 
 
 class Unpadding:
-    """The real (unmasked) tokens of a right- or left-padded batch, kept as one packed sequence of N tokens.
+    """The real (unmasked) tokens of a padded batch, kept as one packed sequence of N tokens.
 
-    Token-wise layers (embeddings, projections, feed-forward, LayerNorm) then compute nothing for padding; only
-    attention sees the padded layout again (scattered back for eager/sdpa). The packed `(N, d)` layout with
-    `cu_seqlens` is also what flash-attention's variable-length kernel takes."""
+    Token-wise layers (embeddings, projections, feed-forward, LayerNorm) then compute nothing for padding. Attention
+    runs on the packed tokens too: flash-attention's variable-length kernel takes them as they are, with
+    `cu_seqlens`; sdpa and eager attention on the CPU attend within each sequence in turn (no padding, no mask);
+    elsewhere (and to return attention probabilities) attention sees the padded layout again."""
 
     def __init__(self, attention_mask: torch.Tensor):
         self.batch_size, self.seq_len = attention_mask.shape
         self.indices = attention_mask.flatten().nonzero().squeeze(-1)  # (N,): positions in the flattened (B*T)
         lengths = attention_mask.sum(dim=-1, dtype=torch.int32)  # (B,)
         self.cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B+1,)
+
+    @cached_property
+    def max_seqlen(self) -> int:
+        return int((self.cu_seqlens[1:] - self.cu_seqlens[:-1]).max())
+
+    @cached_property
+    def spans(self) -> list[tuple[int, int]]:
+        """(start, end) of each non-empty sequence in the packed tokens."""
+        bounds = self.cu_seqlens.tolist()
+        return [(start, end) for start, end in pairwise(bounds) if end > start]
 
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
         return padded.reshape(self.batch_size * self.seq_len, *padded.shape[2:])[self.indices]  # (N, ...)
@@ -184,44 +208,112 @@ class SinusoidalEncoderSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         unpadding: Unpadding | None = kwargs.pop("unpadding", None)
         qkv = self.qkv(hidden_states)  # (B, T, 3d), or (N, 3d) packed
-        if unpadding is not None:
-            qkv = unpadding.pad(qkv)  # (B, T, 3d): attention needs the sequences
-        batch_size, seq_len, _ = qkv.shape
-        qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
-
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:  # only the written-out path can return the probabilities
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
+        if unpadding is not None and not output_attentions:
+            if _is_flash(self.config._attn_implementation):
+                return self.out_proj(self._varlen_attention(qkv, unpadding, attention_interface, **kwargs)), None
+            if qkv.device.type == "cpu":
+                return self.out_proj(self._per_sequence_attention(qkv, unpadding, attention_interface, **kwargs)), None
+        if unpadding is not None:
+            qkv = unpadding.pad(qkv)  # (B, T, 3d): attention on the padded layout, with the mask
+        batch_size, seq_len, _ = qkv.shape
+        query, key, value = self._split_heads(qkv)  # 3 × (B, nh, T, hs)
         attn_output, attn_weights = attention_interface(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
+            self, query, key, value, attention_mask, **self._attention_kwargs(), **kwargs
         )  # (B, T, nh, hs)
         attn_output = attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim)  # (B, T, d)
         if unpadding is not None:
             attn_output = unpadding.unpad(attn_output)  # (N, d)
         return self.out_proj(attn_output), attn_weights
 
+    def _split_heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch_size, seq_len, _ = qkv.shape
+        qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
+
+    def _attention_kwargs(self) -> dict:
+        return {"dropout": self.attention_dropout if self.training else 0.0, "scaling": self.scaling}
+
+    def _varlen_attention(self, qkv: torch.Tensor, unpadding: Unpadding, attention_interface, **kwargs):
+        """The packed tokens as one row `(1, nh, N, hs)` with the sequence boundaries, as transformers' flash
+        integration passes them to flash-attention's variable-length kernel. Returns `(N, d)`."""
+        query, key, value = self._split_heads(qkv.unsqueeze(0))  # 3 × (1, nh, N, hs)
+        attn_output, _ = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            None,
+            cu_seq_lens_q=unpadding.cu_seqlens,
+            cu_seq_lens_k=unpadding.cu_seqlens,
+            max_length_q=unpadding.max_seqlen,
+            max_length_k=unpadding.max_seqlen,
+            **self._attention_kwargs(),
+            **kwargs,
+        )  # (1, N, nh, hs)
+        return attn_output.reshape(qkv.shape[0], self.num_heads * self.head_dim)  # (N, d)
+
+    def _per_sequence_attention(self, qkv: torch.Tensor, unpadding: Unpadding, attention_interface, **kwargs):
+        """Attention within each sequence of the packed tokens, one unmasked call per sequence: no work on padding
+        (a padded batch of mixed lengths spends most of its attention there). Returns `(N, d)`."""
+        query, key, value = self._split_heads(qkv.unsqueeze(0))  # 3 × (1, nh, N, hs)
+        outputs = []
+        for start, end in unpadding.spans:
+            attn_output, _ = attention_interface(
+                self,
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                None,
+                **self._attention_kwargs(),
+                **kwargs,
+            )  # (1, L, nh, hs)
+            outputs.append(attn_output.reshape(end - start, self.num_heads * self.head_dim))  # (L, d)
+        return torch.cat(outputs)  # (N, d)
+
+
+def _is_flash(attn_implementation: str | None) -> bool:
+    """flash_attention_2, flash_attention_3, and Hub flash kernels: the implementations that take packed sequences."""
+    return attn_implementation is not None and "flash" in attn_implementation
+
 
 class SinusoidalEncoderFeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2."""
+    """FFN(x) = act(x W1 + b1) W2 + b2.
+
+    When autograd does not need the pre-activation values (inference, or frozen weights under `no_grad`), the
+    activation runs in place on the output of `dense_in` for the activations whose in-place kernel is the one
+    `ACT2FN` calls: the same values without a second `(tokens, intermediate_size)` buffer."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
         self.dense_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.act = ACT2FN[config.hidden_act]
+        self.hidden_act = config.hidden_act
         self.dense_out = nn.Linear(config.intermediate_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.dense_out(self.act(self.dense_in(hidden_states)))
+        hidden_states = self.dense_in(hidden_states)  # (B, T, d_ff), or (N, d_ff) packed
+        act_inplace = _INPLACE_ACTIVATIONS.get(self.hidden_act)
+        if act_inplace is not None and not (torch.is_grad_enabled() and hidden_states.requires_grad):
+            hidden_states = act_inplace(hidden_states)
+        else:
+            hidden_states = self.act(hidden_states)
+        return self.dense_out(hidden_states)
+
+
+def _add_residual(sublayer_output: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """`residual + sublayer_output`, added in place into the sub-layer output (a fresh tensor: the output of a
+    projection or of dropout) when it has the dtype of the sum. Same values, one activation-sized buffer fewer per
+    sub-layer, which matters on CPUs, where large buffers come back from the allocator as freshly mapped memory that
+    page-faults on first touch. Under autocast the projection is bf16 while the residual stream stays float32: the
+    sum is then made out of place, in float32, as without this function."""
+    if sublayer_output.dtype == residual.dtype:
+        return sublayer_output.add_(residual)
+    return residual + sublayer_output
 
 
 class SinusoidalEncoderLayer(GradientCheckpointingLayer):
@@ -250,12 +342,16 @@ class SinusoidalEncoderLayer(GradientCheckpointingLayer):
             attn_output, attn_weights = self.attention(
                 self.attention_norm(hidden_states), attention_mask, output_attentions, **kwargs
             )
-            hidden_states = hidden_states + self.dropout(attn_output)
-            hidden_states = hidden_states + self.dropout(self.feed_forward(self.feed_forward_norm(hidden_states)))
+            hidden_states = _add_residual(self.dropout(attn_output), hidden_states)
+            hidden_states = _add_residual(
+                self.dropout(self.feed_forward(self.feed_forward_norm(hidden_states))), hidden_states
+            )
         else:
             attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions, **kwargs)
-            hidden_states = self.attention_norm(hidden_states + self.dropout(attn_output))
-            hidden_states = self.feed_forward_norm(hidden_states + self.dropout(self.feed_forward(hidden_states)))
+            hidden_states = self.attention_norm(_add_residual(self.dropout(attn_output), hidden_states))
+            hidden_states = self.feed_forward_norm(
+                _add_residual(self.dropout(self.feed_forward(hidden_states)), hidden_states)
+            )
         return hidden_states, attn_weights
 
 
@@ -444,6 +540,22 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    def _position_offsets_active(self) -> bool:
+        return self.training and self.config.random_position_offset > 0
+
+    def _default_position_table(
+        self, batch_size: int, seq_len: int, like: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoding of positions 0…T-1, or in training with `random_position_offset` K of 0…T+K-1 together with
+        each sequence's first position, drawn uniformly from 0…K with the global RNG (like dropout, so that
+        accelerate's checkpoints restore it). Returns the table `(T [+ K], d)` and the starts `(B, 1)` or None."""
+        if not self._position_offsets_active():
+            return self.embeddings.encode_positions(None, seq_len, like)[0], None
+        max_offset = self.config.random_position_offset
+        table = self.embeddings.encode_positions(None, seq_len + max_offset, like)[0]  # (T + K, d)
+        starts = torch.randint(0, max_offset + 1, (batch_size, 1), device=table.device)  # (B, 1)
+        return table, starts
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -484,16 +596,19 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             self.config.unpad_inputs
             and attention_mask is not None
             and attention_mask.dim() == 2
-            and self.config._attn_implementation in ("sdpa", "eager")
+            and (self.config._attn_implementation in ("sdpa", "eager") or _is_flash(self.config._attn_implementation))
             and not torch.compiler.is_compiling()  # data-dependent shapes: compiled graphs keep the padded path
             and not attention_mask.bool().all()
         ):
             unpadding = Unpadding(attention_mask.bool())
             kwargs["unpadding"] = unpadding
             like = inputs_embeds if inputs_embeds is not None else self.embeddings.word_embeddings.weight
-            if position_ids is None:  # the encoding of 0…T-1 once, then a row per real token
-                table = self.embeddings.encode_positions(None, seq_len, like)[0]  # (T, d)
-                encoding = table[unpadding.indices % seq_len]  # (N, d)
+            if position_ids is None:  # the encoding of 0…T-1 (+ offsets) once, then a row per real token
+                table, starts = self._default_position_table(batch_size, seq_len, like)  # (T + K, d), (B, 1)
+                rows = unpadding.indices % seq_len  # (N,): position within the sequence
+                if starts is not None:
+                    rows = rows + starts.flatten()[unpadding.indices // seq_len]
+                encoding = table[rows]  # (N, d)
             else:
                 positions = unpadding.unpad(position_ids.expand(batch_size, seq_len))  # (N,)
                 encoding = self.embeddings.encode_positions(positions, seq_len, like)  # (N, d)
@@ -504,8 +619,13 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             )  # (N, d)
             shape_of = reference.new_empty((batch_size, seq_len, 0), dtype=hidden_states.dtype)  # for the mask
         else:
+            encoding = None
+            if position_ids is None and self._position_offsets_active():
+                like = inputs_embeds if inputs_embeds is not None else self.embeddings.word_embeddings.weight
+                table, starts = self._default_position_table(batch_size, seq_len, like)
+                encoding = table[torch.arange(seq_len, device=table.device) + starts]  # (B, T, d)
             hidden_states = self.embeddings(
-                input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds
+                input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds, position_encoding=encoding
             )  # (B, T, d)
             shape_of = hidden_states
         attention_mask = create_bidirectional_mask(

@@ -98,30 +98,48 @@ def test_eager_and_sdpa_agree(norm_first, padded):
     torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-5, rtol=1e-5)
 
 
-def test_flash_attention_2_is_declared_and_dispatched_through_the_interface(monkeypatch):
-    """flash-attn cannot run on this CPU: put a stand-in under its name in transformers' attention registry and check
-    that our layers call it with the flash calling convention (2-D padding mask, non-causal module) and that the
-    result equals sdpa's when the stand-in computes attention from that 2-D mask."""
+def test_flash_attention_2_gets_packed_sequences_with_the_varlen_convention(monkeypatch):
+    """flash-attn cannot run on this CPU: put a stand-in under its name in transformers' attention registry. A padded
+    batch must reach it as the packed real tokens, one row `(1, nh, N, hs)` with no mask and the keyword arguments
+    that transformers' flash integration hands to flash-attention's variable-length kernel (`cu_seq_lens_q/k`,
+    `max_length_q/k`); a batch without padding as `(B, nh, T, hs)`. The stand-in attends within the sequences that
+    `cu_seq_lens_q` delimits, so the outputs must equal sdpa's."""
     assert se.SinusoidalEncoderPreTrainedModel._supports_flash_attn
     calls = []
 
     def flash_stand_in(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        calls.append((attention_mask.shape if attention_mask is not None else None, module.is_causal))
-        keep = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
-        out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scaling)
-        return out.transpose(1, 2), None  # (B, T, nh, hs), as flash returns it
+        assert attention_mask is None and not module.is_causal
+        bounds = kwargs.get("cu_seq_lens_q")
+        calls.append((tuple(query.shape), None if bounds is None else (bounds.tolist(), kwargs["max_length_q"])))
+        if bounds is None:
+            out = nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+            return out.transpose(1, 2), None  # (B, T, nh, hs)
+        assert torch.equal(kwargs["cu_seq_lens_k"], bounds) and bounds.dtype == torch.int32
+        pieces = [
+            nn.functional.scaled_dot_product_attention(
+                query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], scale=scaling
+            )
+            for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+        ]
+        return torch.cat(pieces, dim=2).transpose(1, 2), None  # (1, N, nh, hs)
 
     monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "flash_attention_2", flash_stand_in)
     model = se.SinusoidalEncoderModel(tiny_config()).eval()
-    ids = random_ids(2, 12)
+    ids = random_ids(3, 12)
     mask = torch.ones_like(ids)
     mask[1, 8:] = 0
+    mask[2, 5:] = 0
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).last_hidden_state
+        dense_expected = model(ids).last_hidden_state
         model.config._attn_implementation = "flash_attention_2"
         got = model(ids, attention_mask=mask).last_hidden_state
-    assert calls == [((2, 12), False)] * 2  # once per layer, with the (B, T) mask flash-attn unpads with
+        dense_got = model(ids).last_hidden_state
+    packed_call = ((1, 4, 25, 8), ([0, 12, 20, 25], 12))  # 12 + 8 + 5 real tokens, longest 12
+    assert calls == [packed_call] * 2 + [((3, 4, 12, 8), None)] * 2  # once per layer
     torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=1e-5, rtol=1e-5)
+    assert torch.all(got[~mask.bool()] == 0)
+    torch.testing.assert_close(dense_got, dense_expected, atol=1e-5, rtol=1e-5)
 
 
 def test_custom_attention_function_registered_with_transformers_is_used():
@@ -304,3 +322,130 @@ def test_unpadding_packs_real_tokens_with_cu_seqlens():
     packed = unpadding.unpad(x)
     assert packed.shape == (9, 1)
     assert torch.equal(unpadding.pad(packed), x * mask.unsqueeze(-1))
+
+
+def _out_of_place_residuals(sublayer_output, residual):
+    return residual + sublayer_output
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("hidden_act", ["relu", "gelu", "gelu_pytorch_tanh", "silu", "tanh", "gelu_new"])
+def test_inference_in_place_ops_compute_the_training_graph_values(monkeypatch, norm_first, hidden_act):
+    """Without autograd the activation runs in place and each residual sum is added into the sub-layer output: the
+    outputs must be bit for bit those of the out-of-place graph that training builds."""
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    model = AutoModel.from_config(tiny_config(norm_first=norm_first, hidden_act=hidden_act)).eval()
+    ids = random_ids(3, 11)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # the packed path too
+    with torch.no_grad():
+        fast = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state]
+    with monkeypatch.context() as patch:
+        patch.setattr(modeling, "_INPLACE_ACTIVATIONS", {})
+        patch.setattr(modeling, "_add_residual", _out_of_place_residuals)
+        with torch.enable_grad():
+            reference = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state]
+    assert reference[0].requires_grad  # the graph path really ran
+    for a, b in zip(fast, reference, strict=True):
+        assert torch.equal(a, b.detach())
+
+
+def test_activation_kernels_run_in_place_only_without_autograd():
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    ffn = modeling.SinusoidalEncoderFeedForward(tiny_config(hidden_act="gelu"))
+    seen = []
+    ffn.dense_out.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    x = torch.randn(5, 32)
+    with torch.no_grad():
+        ffn(x)
+    ffn(x)
+    pre = ffn.dense_in(x)
+    torch.testing.assert_close(seen[0], nn.functional.gelu(pre), atol=0, rtol=0)
+    assert seen[1].grad_fn is not None and "Gelu" in type(seen[1].grad_fn).__name__  # autograd saw a real GELU
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_stream_keeps_float32_under_autocast(monkeypatch, norm_first):
+    """Under bf16 autocast the projections are bf16 while LayerNorm (and so the post-LN residual stream) is float32:
+    the residual sums must not be rounded into the bf16 sub-layer outputs."""
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    bf16, fp32 = torch.zeros(4, dtype=torch.bfloat16), torch.full((4,), 1.001)
+    assert modeling._add_residual(bf16, fp32).dtype == torch.float32
+    assert torch.equal(modeling._add_residual(bf16, fp32), fp32)
+
+    model = AutoModel.from_config(tiny_config(norm_first=norm_first)).eval()
+    ids = random_ids(2, 9)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        fast = model(ids).last_hidden_state
+        monkeypatch.setattr(modeling, "_add_residual", _out_of_place_residuals)
+        reference = model(ids).last_hidden_state
+    assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_per_sequence_attention_handles_holes_empty_rows_and_training(attn_implementation):
+    """The packed path attends within each row's real tokens: a mask with holes, an all-padding row and dropout-free
+    training give the padded path's outputs and gradients on real tokens."""
+
+    def build(unpad):
+        return AutoModelForMaskedLM.from_config(
+            tiny_config(unpad_inputs=unpad), attn_implementation=attn_implementation
+        )
+
+    padded_model, packed_model = build(False), build(True)
+    packed_model.load_state_dict(padded_model.state_dict())
+    ids = random_ids(4, 10)
+    mask = torch.ones_like(ids)
+    mask[0, [2, 5, 6]] = 0  # holes
+    mask[1] = 0  # nothing real
+    mask[3, 4:] = 0
+    labels = torch.where(mask.bool(), ids, torch.full_like(ids, -100))
+    outs = []
+    for model in (padded_model, packed_model):
+        out = model(ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        outs.append(out)
+    real = mask.bool()
+    torch.testing.assert_close(outs[1].logits[real], outs[0].logits[real], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(outs[1].logits).all()
+    for (name, a), b in zip(padded_model.named_parameters(), packed_model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_random_position_offset_shifts_positions_in_training_only(padded):
+    """With `random_position_offset` K, training starts each sequence at a position drawn from 0…K with the global
+    RNG: the same outputs as passing those positions explicitly. Evaluation starts at 0."""
+    max_offset = 300
+    model = AutoModel.from_config(tiny_config(random_position_offset=max_offset))
+    plain = AutoModel.from_config(tiny_config())
+    plain.load_state_dict(model.state_dict())
+    ids = random_ids(4, 10)
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[1, 6:] = 0
+        mask[3, 2:] = 0
+    model.train()
+    torch.manual_seed(7)
+    shifted = model(ids, attention_mask=mask).last_hidden_state
+    torch.manual_seed(7)
+    starts = torch.randint(0, max_offset + 1, (4, 1))
+    assert len(set(starts.flatten().tolist())) > 1  # sequences get different offsets
+    explicit = model(ids, attention_mask=mask, position_ids=torch.arange(10) + starts).last_hidden_state
+    real = mask.bool()
+    assert torch.equal(shifted[real], explicit[real])
+    unshifted = model(ids, attention_mask=mask).last_hidden_state  # new offsets at every call
+    assert not torch.allclose(unshifted[real], shifted[real])
+    model.eval()
+    plain.eval()
+    with torch.no_grad():
+        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, plain(ids, attention_mask=mask)[0])
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True])
+def test_random_position_offset_is_checked(value):
+    with pytest.raises(ValueError, match="random_position_offset"):
+        tiny_config(random_position_offset=value)

@@ -211,13 +211,14 @@ def label_space(raw: datasets.DatasetDict, column: str, args: argparse.Namespace
     return problem, [str(n) for n in names]
 
 
-def check_model_folder(args: argparse.Namespace, num_labels: int) -> Any:
-    """Refuse a model of another type, or a classification head of another size, before anything trains."""
+def check_model_folder(args: argparse.Namespace, num_labels: int, any_model_type: bool = False) -> Any:
+    """Refuse a model of another type (unless `any_model_type`: a baseline such as BERT in an experiment), or a
+    classification head of another size, before anything trains."""
     try:
         config = AutoConfig.from_pretrained(args.model_name_or_path)
     except (OSError, ValueError) as error:
         raise ValueError(f"--model_name_or_path {args.model_name_or_path!r}: {error}") from error
-    if config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+    if not any_model_type and config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
         raise ValueError(
             f"--model_name_or_path {args.model_name_or_path!r} is a {config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
@@ -399,8 +400,10 @@ def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> d
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    args = parse_args(argv)
+def finetune(args: argparse.Namespace, any_model_type: bool = False):
+    """Load the data and the model, fine-tune, evaluate (and score the baselines when asked). Returns the
+    accelerator, the prepared model, the tokenizer, the progress, the final evaluation and the problem type.
+    `any_model_type` accepts any model the Auto classes load (for baselines in experiments)."""
     accelerator = make_accelerator(args)
     with accelerator.main_process_first():
         raw = load_task_data(args)
@@ -414,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         raise ValueError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, args)
     num_labels = 1 if problem == "regression" else len(label_names)
-    base_config = check_model_folder(args, num_labels)
+    base_config = check_model_folder(args, num_labels, any_model_type)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or args.model_name_or_path)
     with accelerator.main_process_first():
         encoded = encode(raw, tokenizer, args, problem, label_names, (text_col, args.text_pair_column_name, label_col))
@@ -475,6 +478,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             f"accuracy: model {final['eval_accuracy']:.4f}, majority class {baselines['majority_accuracy']:.4f}, "
             f"TF-IDF + logistic regression {baselines['tfidf_logreg_accuracy']:.4f}"
         )
+    return accelerator, model, tokenizer, progress, final, problem
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = parse_args(argv)
+    accelerator, model, tokenizer, progress, final, problem = finetune(args)
     export(args, accelerator, model, tokenizer, progress, final, problem)
     if args.with_tracking:
         accelerator.end_training()

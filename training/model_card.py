@@ -43,10 +43,12 @@ def render_model_card(
     usage_example: str = "",
     extra_tags: tuple[str, ...] = (),
     pictures: dict[str, str] | None = None,
+    length_generalization: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
     values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
-    files of the folder to their titles; the card shows them."""
+    files of the folder to their titles; the card shows them. `length_generalization` (markdown) is the section on
+    inputs longer than the training length, as `training/length_generalization.py` measured it."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_id or os.path.basename(os.path.abspath(output_dir))
@@ -101,6 +103,7 @@ def render_model_card(
         "training_procedure": training_procedure,
         "evaluation": evaluation,
         "pictures": pictures or {},
+        "length_generalization": length_generalization,
     }
     card = ModelCard.from_template(card_data, template_path=TEMPLATE, **values)
     card.save(os.path.join(output_dir, "README.md"))

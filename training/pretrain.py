@@ -12,6 +12,8 @@ tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 import datasets
 import torch
@@ -142,11 +144,16 @@ class MaskedLMTask(TrainingTask):
         return (batch["labels"] != -100).sum()
 
     def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-example sum of the masked-token cross-entropy and count of masked tokens: (B,), (B,). The model runs
-        with `sparse_prediction`, so the vocabulary projection is computed at masked positions only."""
+        """Per-example sum of the masked-token cross-entropy and count of masked tokens: (B,), (B,). Our model runs
+        with `sparse_prediction`, so the vocabulary projection is computed at masked positions only; other masked-LM
+        models (a BERT baseline) return logits at every position, of which the masked ones are kept."""
         labels = batch["labels"]  # (B, T)
-        logits = model(input_ids=batch["input_ids"], labels=labels).logits  # (N, V): masked positions, row-major
+        logits = model(
+            input_ids=batch["input_ids"], labels=labels
+        ).logits  # (N, V): masked positions, row-major; or (B, T, V)
         keep = labels != -100
+        if logits.dim() == 3:
+            logits = logits[keep]  # (N, V)
         losses = F.cross_entropy(logits.float(), labels[keep], reduction="none")  # (N,)
         rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position
         sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
@@ -169,8 +176,12 @@ class MaskedLMTask(TrainingTask):
         return {"eval_loss": loss, "eval_perplexity": perplexity(loss), "eval_masked_tokens": int(count.item())}
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def pretrain(
+    args: argparse.Namespace, build: Callable[[argparse.Namespace, Any], transformers.PreTrainedModel] | None = None
+) -> tuple[Accelerator, torch.nn.Module, Any, TrainingProgress, dict]:
+    """Tokenise and pack the corpus, then train by masked language modelling the model that `build(args, tokenizer)`
+    returns (called after every RNG is seeded; by default the model the flags describe). Returns the accelerator,
+    the prepared model, the tokenizer, the progress and the final evaluation."""
     accelerator = make_accelerator(args)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or SHIPPED_TOKENIZER)
     tokenizer.model_max_length = args.max_seq_length
@@ -179,8 +190,9 @@ def main(argv: list[str] | None = None) -> None:
         packed = tokenize_and_pack(
             raw, tokenizer, args.max_seq_length, args.text_column_name, args.preprocessing_num_workers
         )
-    model = build_model(args, tokenizer)
-    model.config.sparse_prediction = True  # training and evaluation need logits at masked positions only
+    model = (build or build_model)(args, tokenizer)
+    if hasattr(model.config, "sparse_prediction"):
+        model.config.sparse_prediction = True  # training and evaluation need logits at masked positions only
 
     streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
@@ -221,6 +233,12 @@ def main(argv: list[str] | None = None) -> None:
     progress, final_eval = train(
         accelerator, args, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
+    return accelerator, model, tokenizer, progress, final_eval
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    accelerator, model, tokenizer, progress, final_eval = pretrain(args)
     export(args, accelerator, model, tokenizer, progress, final_eval)
     if args.with_tracking:
         accelerator.end_training()

@@ -1,0 +1,152 @@
+"""training/length_generalization.py: its arms, its evaluation, and a tiny end-to-end run on a small stand-in for
+the built-in corpus (the real experiment takes hours)."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+import torch
+from conftest import random_ids, tiny_config
+from transformers import AutoModelForMaskedLM, BertForMaskedLM
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder.training import data, finetune
+from sinusoidal_encoder.training import length_generalization as lg
+
+
+def test_ablation_arm_has_no_order_information():
+    """Without the encoding the encoder is permutation-equivariant: shuffled tokens give shuffled outputs."""
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    lg.disable_position_encoding(model)
+    ids = random_ids(1, 12)
+    order = torch.randperm(12)
+    with torch.no_grad():
+        out = model(ids).last_hidden_state
+        shuffled = model(ids[:, order]).last_hidden_state
+        padded = model(ids, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([11]), 0))
+    torch.testing.assert_close(shuffled, out[:, order], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(padded.last_hidden_state).all()  # the packed path reads the (zero) encoding too
+
+
+def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
+    ours = tiny_config(hidden_act="relu")
+    config = lg.bert_config(ours, 1024)
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        assert getattr(config, field) == getattr(ours, field)
+    assert config.hidden_act == "relu" and config.max_position_embeddings == 1024
+    plain, sparse = BertForMaskedLM(config), lg.SparseBertForMaskedLM(config)
+    sparse.load_state_dict(plain.state_dict())
+    ids = random_ids(3, 20)
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
+    expected, got = plain(input_ids=ids, labels=labels).loss, sparse(input_ids=ids, labels=labels).loss
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    expected.backward()
+    got.backward()
+    for (name, a), b in zip(plain.named_parameters(), sparse.parameters(), strict=True):
+        if a.grad is not None:
+            torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config()).eval()
+    ids = random_ids(2, 16)
+    labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
+    batches = [{"input_ids": ids[:1], "labels": labels[:1]}, {"input_ids": ids[1:], "labels": labels[1:]}]
+    loss, count = lg.masked_lm_loss(model, batches)
+    with torch.no_grad():
+        expected = model(input_ids=ids, labels=labels).loss.item()
+    assert count == int((labels != -100).sum())
+    assert loss == pytest.approx(expected, rel=1e-5)
+    scaled, _ = lg.masked_lm_loss(model, batches, position_scale=0.5)
+    half = torch.arange(16, dtype=torch.float64).unsqueeze(0) * 0.5
+    with torch.no_grad():
+        expected_scaled = model(input_ids=ids, labels=labels, position_ids=half).loss.item()
+    assert scaled == pytest.approx(expected_scaled, rel=1e-5) and scaled != pytest.approx(loss, rel=1e-6)
+    assert not model.config.sparse_prediction  # left as it was
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max_train_steps", "0"], "max_train_steps"),
+        (["--eval_lengths", "4"], "eval_lengths"),
+        (["--random_position_offset", "-1"], "random_position_offset"),
+        (["--finetune_arms", "gpt"], "finetune_arms"),
+    ],
+)
+def test_bad_flags_name_the_flag(tmp_path, argv, message):
+    with pytest.raises(ValueError, match=message):
+        lg.parse_args(["--output_dir", str(tmp_path), *argv])
+
+
+@pytest.fixture
+def small_builtin_corpus(monkeypatch):
+    """A few hundred documentation passages in the built-in corpus's format (text, source)."""
+    from pydoc_data.topics import topics
+
+    texts = [" ".join(t.split()[:150]) for _, t in sorted(topics.items())]
+    sources = ["python-docs", "numpy"]
+    rows = {"text": texts, "source": [sources[i % 2] for i in range(len(texts))]}
+    corpus = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({k: v[:60] for k, v in rows.items()}),
+            "validation": datasets.Dataset.from_dict({k: v[60:90] for k, v in rows.items()}),
+        }
+    )
+    for module in (data, finetune, lg):
+        monkeypatch.setattr(module, "load_builtin_corpus", lambda: corpus)
+    return corpus
+
+
+def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
+    argv = [
+        "--output_dir",
+        str(tmp_path / "experiment"),
+        "--config_name",
+        "tiny",
+        "--arms",
+        "post_ln",
+        "bert",
+        "no_position",
+        "offset",
+        "--seeds",
+        "0",
+        "--max_train_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--eval_lengths",
+        "128",
+        "256",
+        "--finetune_arms",
+        "bert",
+        "--finetune_steps",
+        "1",
+        "--random_position_offset",
+        "128",
+    ]
+    summary = lg.main(argv)
+    out = tmp_path / "experiment"
+    assert set(summary["arms"]) == {"post_ln", "bert", "no_position", "offset"}
+    for arm in summary["arms"].values():
+        assert set(arm["loss"]) == {"128", "256"} and all(v[0] > 0 for v in arm["loss"].values())
+    assert set(summary["arms"]["offset"]["scaled_loss"]) == {"256"}  # scaling applies past the training length
+    assert summary["arms"]["bert"]["finetune"]["eval_accuracy"] >= 0
+    assert json.loads((out / "results.json").read_text())["summary"]["lengths"] == [128, 256]
+    tables = (out / "results.md").read_text()
+    assert "BertForMaskedLM" in tables and "| arm | 128 tokens | 256 tokens | 256 / 128 |" in tables
+    assert (out / "length_generalization.png").stat().st_size > 0
+    published = AutoModelForMaskedLM.from_pretrained(out / "published")
+    assert published.config.random_position_offset == 128
+    card = (out / "published" / "README.md").read_text()
+    assert "## Past the training length" in card and "length_generalization.png" in card
+    bert = AutoModelForMaskedLM.from_pretrained(out / "bert" / "seed0")
+    assert type(bert) is BertForMaskedLM and bert.config.max_position_embeddings == 256
+
+    # a second call finds every run finished and recomputes nothing but the report
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed0/model.safetensors")}
+    again = lg.main(argv)
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert again["arms"]["post_ln"]["loss"] == summary["arms"]["post_ln"]["loss"]

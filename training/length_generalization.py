@@ -1,0 +1,534 @@
+"""Sinusoidal against learned positions at an equal budget, and past the training length.
+
+    python training/length_generalization.py --output_dir outputs/length-generalization
+
+Pretrains each arm on the built-in offline corpus with the shipped tokenizer, the "small" dimensions and training
+length 128, with identical data order, masks, steps, optimiser, schedule and seed (the flags of training/pretrain.py
+underneath):
+
+    post_ln       ours, post-LN (the paper)
+    pre_ln        ours, pre-LN
+    bert          transformers' BertForMaskedLM of identical size: learned absolute positions, a table long enough
+                  for the longest evaluation, whose rows past the training length are never trained
+    no_position   ours with the position encoding switched off (ablation: how much order matters here)
+    offset        ours with `random_position_offset`: in training each sequence starts at a random position
+
+then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
+perplexity, identical masks across arms; the other candidate remedy, scaling positions into the trained range at
+inference, is measured on the sinusoidal arms too), fine-tunes post_ln, bert and offset on the offline downstream
+task, and writes `results.json`, `results.md` (the tables) and `length_generalization.png` (loss against evaluation
+length) into --output_dir, and a Hub-ready folder `published/` (the offset arm, whose model card carries the table
+and the plot). Everything is kept: run the command again after a kill and it resumes the run in progress and skips
+what is finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import time
+from typing import Any
+
+import datasets
+import torch
+from torch.nn import functional as F
+from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers.modeling_outputs import MaskedLMOutput
+
+from sinusoidal_encoder.training import finetune, pretrain
+from sinusoidal_encoder.training.corpus import load_builtin_corpus
+from sinusoidal_encoder.training.data import (
+    SHIPPED_TOKENIZER,
+    IndexedExamples,
+    KeyedMaskingCollator,
+    tokenize_and_pack,
+)
+from sinusoidal_encoder.training.engine import (
+    perplexity,
+    read_metrics,
+    save_tokenizer,
+    write_sentence_transformers_files,
+)
+
+ARMS = {
+    "post_ln": "ours, post-LN (the paper)",
+    "pre_ln": "ours, pre-LN",
+    "bert": "BertForMaskedLM, learned positions",
+    "no_position": "ours, no position encoding (ablation)",
+    "offset": "ours, random position offset (remedy)",
+}
+DONE = "experiment_run.json"  # written last into a finished run's folder
+TRAIN_LENGTH = 128
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", required=True, help="Where every run, the tables and the plot go.")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Arms to run.")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="Pretraining seeds of every arm.")
+    parser.add_argument("--max_train_steps", type=int, default=600, help="Pretraining steps of every arm.")
+    parser.add_argument("--per_device_train_batch_size", type=int, default=32, help="Sequences per step.")
+    parser.add_argument("--learning_rate", type=float, default=5e-4, help="Peak learning rate of every arm.")
+    parser.add_argument("--num_warmup_steps", type=int, default=None, help="Warmup (default: 6%% of the steps).")
+    parser.add_argument("--eval_steps", type=int, default=None, help="Validation every N steps (default: steps/6).")
+    parser.add_argument("--config_name", default="small", help="The size preset of every arm.")
+    parser.add_argument(
+        "--eval_lengths", nargs="+", type=int, default=[128, 256, 512, 1024], help="Evaluation lengths (tokens)."
+    )
+    parser.add_argument(
+        "--random_position_offset",
+        type=int,
+        default=896,
+        help="Largest start position of the offset arm (896: positions 0…1023 are all seen in training).",
+    )
+    parser.add_argument(
+        "--finetune_arms", nargs="*", default=["post_ln", "bert", "offset"], help="Arms fine-tuned downstream."
+    )
+    parser.add_argument("--finetune_steps", type=int, default=300, help="Fine-tuning steps of every arm.")
+    parser.add_argument("--eval_tokens_per_batch", type=int, default=8192, help="Evaluation batch size in tokens.")
+    parser.add_argument("--mask_seed", type=int, default=1234, help="Seed of the evaluation masks (all arms).")
+    args = parser.parse_args(argv)
+    for name in ("max_train_steps", "per_device_train_batch_size", "finetune_steps", "eval_tokens_per_batch"):
+        if getattr(args, name) <= 0:
+            raise ValueError(f"--{name} must be positive, got {getattr(args, name)}.")
+    if min(args.eval_lengths) < 8:
+        raise ValueError(f"--eval_lengths must be at least 8 tokens, got {args.eval_lengths}.")
+    if args.random_position_offset < 0:
+        raise ValueError(f"--random_position_offset must not be negative, got {args.random_position_offset}.")
+    unknown = set(args.finetune_arms) - set(ARMS)
+    if unknown:
+        raise ValueError(f"--finetune_arms: unknown arm(s) {sorted(unknown)}; choose from {list(ARMS)}.")
+    if args.eval_steps is None:
+        args.eval_steps = max(1, args.max_train_steps // 6)
+    return args
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the arms
+
+
+def disable_position_encoding(model) -> None:
+    """The ablation: the embeddings add zeros where the encoding was (tokens × √d alone)."""
+    embeddings = model.base_model.embeddings
+
+    def zeros(position_ids, seq_len, like):
+        shape = (1, seq_len) if position_ids is None else tuple(position_ids.shape)
+        return torch.zeros(*shape, embeddings.hidden_size, dtype=like.dtype, device=like.device)
+
+    embeddings.encode_positions = zeros
+
+
+def bert_config(ours, max_length: int) -> BertConfig:
+    """BERT with our model's dimensions, activation, dropouts and epsilon; learned positions for `max_length`."""
+    return BertConfig(
+        vocab_size=ours.vocab_size,
+        hidden_size=ours.hidden_size,
+        num_hidden_layers=ours.num_hidden_layers,
+        num_attention_heads=ours.num_attention_heads,
+        intermediate_size=ours.intermediate_size,
+        hidden_act=ours.hidden_act,
+        hidden_dropout_prob=ours.hidden_dropout_prob,
+        attention_probs_dropout_prob=ours.attention_probs_dropout_prob,
+        layer_norm_eps=ours.layer_norm_eps,
+        max_position_embeddings=max_length,
+        type_vocab_size=1,
+        pad_token_id=ours.pad_token_id,
+        tie_word_embeddings=True,
+    )
+
+
+class SparseBertForMaskedLM(BertForMaskedLM):
+    """transformers' BertForMaskedLM whose training forward projects to the vocabulary at the masked positions only,
+    as ours does with `sparse_prediction`: the same loss and gradients, without the unused logits (at this size the
+    projection would be about half of BERT's training step). Saved and loaded as a plain BertForMaskedLM."""
+
+    def forward(self, input_ids=None, labels=None, **kwargs):
+        if labels is None:
+            return super().forward(input_ids=input_ids, **kwargs)
+        hidden = self.bert(input_ids=input_ids, **kwargs).last_hidden_state  # (B, T, d)
+        keep = labels != -100
+        logits = self.cls(hidden[keep])  # (N, V)
+        loss = F.cross_entropy(logits.float(), labels[keep])
+        return MaskedLMOutput(loss=loss, logits=logits)
+
+
+def builder(arm: str, args: argparse.Namespace):
+    """`build(pretrain_args, tokenizer)` for pretrain.pretrain: called once every RNG is seeded."""
+
+    def build(pretrain_args, tokenizer):
+        model = pretrain.build_model(pretrain_args, tokenizer)
+        if arm == "bert":
+            config = bert_config(model.config, max(max(args.eval_lengths), TRAIN_LENGTH))
+            return SparseBertForMaskedLM(config)
+        if arm == "no_position":
+            disable_position_encoding(model)
+        return model
+
+    return build
+
+
+def load_arm(arm: str, folder: str):
+    model = AutoModelForMaskedLM.from_pretrained(folder)
+    if arm == "no_position":
+        disable_position_encoding(model)
+    return model.eval()
+
+
+def run_folder(args: argparse.Namespace, arm: str, seed: int) -> str:
+    return os.path.join(args.output_dir, arm, f"seed{seed}")
+
+
+def pretrain_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
+    """Pretrain one arm with one seed (resuming a killed run), save it and return what the run reports."""
+    folder = run_folder(args, arm, seed)
+    done = os.path.join(folder, DONE)
+    if os.path.exists(done):
+        with open(done) as handle:
+            return json.load(handle)
+    argv = [
+        "--config_name",
+        args.config_name,
+        "--max_seq_length",
+        str(TRAIN_LENGTH),
+        "--per_device_train_batch_size",
+        str(args.per_device_train_batch_size),
+        "--learning_rate",
+        str(args.learning_rate),
+        "--max_train_steps",
+        str(args.max_train_steps),
+        "--eval_steps",
+        str(args.eval_steps),
+        "--logging_steps",
+        "20",
+        "--checkpointing_steps",
+        str(args.eval_steps),
+        "--checkpoints_total_limit",
+        "1",
+        "--resume_from_checkpoint",
+        "latest",
+        "--seed",
+        str(seed),
+        "--output_dir",
+        folder,
+    ]
+    if args.num_warmup_steps is not None:
+        argv += ["--num_warmup_steps", str(args.num_warmup_steps)]
+    if arm == "pre_ln":
+        argv += ["--config_overrides", "norm_first=true"]
+    if arm == "offset":
+        argv += ["--config_overrides", f"random_position_offset={args.random_position_offset}"]
+    print(f"\n=== pretraining {arm} ({ARMS[arm]}), seed {seed} -> {folder}")
+    start = time.time()
+    accelerator, model, tokenizer, progress, final = pretrain.pretrain(pretrain.parse_args(argv), builder(arm, args))
+    model = accelerator.unwrap_model(model)
+    if hasattr(model.config, "sparse_prediction"):
+        model.config.sparse_prediction = False
+    if isinstance(model, SparseBertForMaskedLM):
+        model.config.architectures = ["BertForMaskedLM"]  # loads as the plain class
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
+    evals = [m for m in read_metrics(folder) if "eval_loss" in m]
+    report = {
+        "arm": arm,
+        "seed": seed,
+        "steps": progress.completed_steps,
+        "tokens_seen": progress.tokens_seen,
+        "parameters": model.num_parameters(),
+        "validation_loss": final["eval_loss"],
+        "validation_curve": [(m["step"], m["eval_loss"]) for m in evals],
+        "seconds_this_session": time.time() - start,
+    }
+    with open(done, "w") as handle:
+        json.dump(report, handle, indent=2)
+    return report
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# evaluation at several lengths
+
+
+def evaluation_batches(tokenizer, lengths: list[int], args: argparse.Namespace) -> dict[int, list[dict]]:
+    """The held-out split of the built-in corpus (never trained on) packed into blocks of each length, masked once
+    with a fixed seed: every arm is scored on the same tokens with the same masks."""
+    validation = load_builtin_corpus()["validation"]
+    raw = datasets.DatasetDict({"train": validation, "validation": validation})
+    batches = {}
+    for length in lengths:
+        blocks = IndexedExamples(tokenize_and_pack(raw, tokenizer, length)["validation"])
+        collate = KeyedMaskingCollator(tokenizer, 0.15, args.mask_seed, epoch=f"eval-{length}")
+        size = max(1, args.eval_tokens_per_batch // length)
+        batches[length] = [
+            collate([blocks[i] for i in range(start, min(start + size, len(blocks)))])
+            for start in range(0, len(blocks), size)
+        ]
+    return batches
+
+
+@torch.no_grad()
+def masked_lm_loss(model, batches: list[dict], position_scale: float = 1.0) -> tuple[float, int]:
+    """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. `position_scale` < 1
+    feeds positions p·scale (the inference-time remedy: long inputs squeezed into the trained range)."""
+    total, count = 0.0, 0
+    for batch in batches:
+        ids, labels = batch["input_ids"], batch["labels"]
+        keep = labels != -100
+        if isinstance(model, BertForMaskedLM):
+            hidden = model.bert(input_ids=ids).last_hidden_state  # (B, T, d)
+            logits = model.cls(hidden[keep])  # (N, V)
+        else:
+            position_ids = None
+            if position_scale != 1.0:
+                position_ids = (torch.arange(ids.shape[1], dtype=torch.float64) * position_scale).unsqueeze(0)
+            model.config.sparse_prediction = True
+            logits = model(input_ids=ids, labels=labels, position_ids=position_ids).logits  # (N, V)
+            model.config.sparse_prediction = False
+        total += F.cross_entropy(logits.double(), labels[keep], reduction="sum").item()
+        count += int(keep.sum())
+    return total / max(count, 1), count
+
+
+def evaluate_arm(args, arm: str, seed: int, batches: dict[int, list[dict]]) -> dict[str, Any]:
+    """Loss at every length, and for the sinusoidal arms past the training length also with positions scaled into
+    the trained range. Cached in the run folder."""
+    folder = run_folder(args, arm, seed)
+    path = os.path.join(folder, "length_evaluation.json")
+    if os.path.exists(path):
+        with open(path) as handle:
+            cached = json.load(handle)
+        if sorted(int(k) for k in cached["loss"]) == sorted(batches):
+            return cached
+    model = load_arm(arm, folder)
+    result: dict[str, Any] = {"loss": {}, "masked_tokens": {}, "scaled_loss": {}}
+    for length, length_batches in batches.items():
+        loss, count = masked_lm_loss(model, length_batches)
+        result["loss"][str(length)], result["masked_tokens"][str(length)] = loss, count
+        if arm in ("post_ln", "pre_ln", "offset") and length > TRAIN_LENGTH:
+            result["scaled_loss"][str(length)] = masked_lm_loss(model, length_batches, TRAIN_LENGTH / length)[0]
+        print(f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens")
+    with open(path, "w") as handle:
+        json.dump(result, handle, indent=2)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fine-tuning downstream
+
+
+def finetune_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, float]:
+    folder = os.path.join(args.output_dir, "finetune", arm)
+    done = os.path.join(folder, DONE)
+    if os.path.exists(done):
+        with open(done) as handle:
+            return json.load(handle)
+    argv = [
+        "--model_name_or_path",
+        run_folder(args, arm, seed),
+        "--output_dir",
+        folder,
+        "--max_train_steps",
+        str(args.finetune_steps),
+        "--max_length",
+        str(TRAIN_LENGTH),
+        "--learning_rate",
+        "1e-4",
+        "--per_device_train_batch_size",
+        "32",
+        "--logging_steps",
+        "20",
+        "--checkpointing_steps",
+        "100",
+        "--checkpoints_total_limit",
+        "1",
+        "--resume_from_checkpoint",
+        "latest",
+        "--seed",
+        str(seed),
+    ]
+    print(f"\n=== fine-tuning {arm} on the offline downstream task -> {folder}")
+    fargs = finetune.parse_args(argv)
+    if arm == "no_position":
+        raise ValueError("The ablation arm is not fine-tuned (its saved folder carries no switch for the encoding).")
+    _, _, _, _, final, _ = finetune.finetune(fargs, any_model_type=arm == "bert")
+    shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
+    with open(done, "w") as handle:
+        json.dump(final, handle, indent=2)
+    return final
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# report
+
+
+def summarise(args, runs: dict, evaluations: dict, finetuned: dict) -> dict[str, Any]:
+    lengths = [str(length) for length in args.eval_lengths]
+    summary: dict[str, Any] = {"arms": {}, "lengths": args.eval_lengths, "train_length": TRAIN_LENGTH}
+    for arm in args.arms:
+        seeds = [seed for seed in args.seeds if (arm, seed) in evaluations]
+        per_length = {length: [evaluations[arm, seed]["loss"][length] for seed in seeds] for length in lengths}
+        scaled = {
+            length: [evaluations[arm, seed]["scaled_loss"][length] for seed in seeds]
+            for length in lengths
+            if all(length in evaluations[arm, seed]["scaled_loss"] for seed in seeds)
+        }
+        summary["arms"][arm] = {
+            "label": ARMS[arm],
+            "seeds": seeds,
+            "loss": per_length,
+            "scaled_loss": scaled,
+            "validation_loss": [runs[arm, seed]["validation_loss"] for seed in seeds],
+            "validation_curve": runs[arm, seeds[0]]["validation_curve"],
+            "tokens_seen": runs[arm, seeds[0]]["tokens_seen"],
+            "parameters": runs[arm, seeds[0]]["parameters"],
+            "finetune": finetuned.get(arm),
+        }
+    return summary
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values)
+
+
+def markdown_tables(args, summary: dict) -> str:
+    lengths = [str(length) for length in summary["lengths"]]
+    some = next(iter(summary["arms"].values()))
+    seeds = ", ".join(str(s) for s in some["seeds"])
+    lines = [
+        f"Each arm: the `{args.config_name}` preset ({some['parameters'] / 1e6:.1f}M parameters with BERT's "
+        f"embeddings counted for the BERT arm), {args.max_train_steps:,} steps of {args.per_device_train_batch_size} "
+        f"× {TRAIN_LENGTH} tokens ({some['tokens_seen']:,} tokens), lr {args.learning_rate:g}, seeds {seeds}. "
+        "Masked-token-weighted loss on the held-out split (perplexity in brackets), mean over seeds; "
+        "identical masks across arms.",
+        "",
+        "| arm | " + " | ".join(f"{length} tokens" for length in lengths) + f" | {lengths[-1]} / {lengths[0]} |",
+        "|---|" + "---|" * (len(lengths) + 1),
+    ]
+    for data in summary["arms"].values():
+        cells = []
+        for length in lengths:
+            values = data["loss"][length]
+            spread = f" ± {(max(values) - min(values)) / 2:.3f}" if len(values) > 1 else ""
+            cells.append(f"{_mean(values):.3f}{spread} ({perplexity(_mean(values)):,.0f})")
+        ratio = _mean(data["loss"][lengths[-1]]) / _mean(data["loss"][lengths[0]])
+        lines.append(f"| {data['label']} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
+    for data in summary["arms"].values():
+        if data["scaled_loss"]:
+            cells = [
+                f"{_mean(data['scaled_loss'][length]):.3f}" if length in data["scaled_loss"] else "—"
+                for length in lengths
+            ]
+            cells[0] = f"{_mean(data['loss'][lengths[0]]):.3f}"
+            ratio = _mean(data["scaled_loss"][lengths[-1]]) / _mean(data["loss"][lengths[0]])
+            lines.append(
+                f"| {data['label']}, positions scaled at inference | " + " | ".join(cells) + f" | {ratio:.2f}× |"
+            )
+    lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
+    tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
+    if tuned:
+        lines += [
+            "",
+            f"Fine-tuned on the offline downstream task ({args.finetune_steps} steps, seed {args.seeds[0]}):",
+            "",
+            "| arm | accuracy | macro-F1 |",
+            "|---|---|---|",
+        ]
+        for arm, final in tuned.items():
+            lines.append(f"| {ARMS[arm]} | {final['eval_accuracy']:.3f} | {final['eval_macro_f1']:.3f} |")
+        first = next(iter(tuned.values()))
+        if "majority_accuracy" in first:
+            lines.append(f"| majority class | {first['majority_accuracy']:.3f} | {first['majority_macro_f1']:.3f} |")
+            lines.append(
+                f"| TF-IDF + logistic regression | {first['tfidf_logreg_accuracy']:.3f} | "
+                f"{first['tfidf_logreg_macro_f1']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: str) -> None:
+    from sinusoidal_encoder.training.plots import _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    lengths = summary["lengths"]
+    for data in summary["arms"].values():
+        means = [_mean(data["loss"][str(length)]) for length in lengths]
+        low = [means[i] - min(data["loss"][str(length)]) for i, length in enumerate(lengths)]
+        high = [max(data["loss"][str(length)]) - means[i] for i, length in enumerate(lengths)]
+        ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
+    ax.axvline(summary["train_length"], color="grey", linestyle=":", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(length) for length in lengths])
+    ax.set_xlabel("evaluation length (tokens); dotted: training length")
+    ax.set_ylabel("masked-token loss (held-out)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def publish_folder(args, arm: str, seed: int, tables: str, picture: str) -> str:
+    """The remedy arm as a Hub-ready folder whose model card carries the tables and the plot."""
+    from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
+
+    folder = os.path.join(args.output_dir, "published")
+    model = AutoModelForMaskedLM.from_pretrained(run_folder(args, arm, seed))
+    tokenizer = AutoTokenizer.from_pretrained(run_folder(args, arm, seed))
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    write_sentence_transformers_files(folder, model.config.hidden_size, tokenizer.model_max_length)
+    shutil.copy(picture, os.path.join(folder, os.path.basename(picture)))
+    shutil.copy(os.path.join(run_folder(args, arm, seed), "metrics.jsonl"), os.path.join(folder, "metrics.jsonl"))
+    pictures = draw_pictures(folder, model.config)
+    run = pretrain_arm(args, arm, seed)
+    render_model_card(
+        model,
+        folder,
+        pipeline_tag="fill-mask",
+        training_data="The built-in offline corpus of sinusoidal-encoder (Python documentation and docstrings).",
+        training_procedure=(
+            f"Masked language modelling, {run['steps']:,} steps, {run['tokens_seen']:,} tokens, blocks of "
+            f"{TRAIN_LENGTH} tokens, `random_position_offset={model.config.random_position_offset}` (each training "
+            f"sequence starts at a random position), lr {args.learning_rate:g}, seed {seed}; trained by "
+            "`training/length_generalization.py` of sinusoidal-encoder."
+        ),
+        metrics={"loss": run["validation_loss"], "perplexity": perplexity(run["validation_loss"])},
+        pictures=pictures,
+        length_generalization=tables + f"\n![Loss against evaluation length]({os.path.basename(picture)})\n",
+    )
+    return folder
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    # seed by seed, the paper's arm and the remedy first: a partial run already compares what matters most
+    order = sorted(args.arms, key=["post_ln", "offset", "bert", "pre_ln", "no_position"].index)
+    runs = {(arm, seed): pretrain_arm(args, arm, seed) for seed in args.seeds for arm in order}
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    batches = evaluation_batches(tokenizer, args.eval_lengths, args)
+    evaluations = {(arm, seed): evaluate_arm(args, arm, seed, batches) for arm, seed in runs}
+    finetuned = {
+        arm: finetune_arm(args, arm, args.seeds[0])
+        for arm in args.finetune_arms
+        if arm in args.arms and arm != "no_position"
+    }
+    summary = summarise(args, runs, evaluations, finetuned)
+    tables = markdown_tables(args, summary)
+    picture = os.path.join(args.output_dir, "length_generalization.png")
+    plot(summary, picture)
+    with open(os.path.join(args.output_dir, "results.json"), "w") as handle:
+        json.dump({"arguments": vars(args), "summary": summary}, handle, indent=2)
+    with open(os.path.join(args.output_dir, "results.md"), "w") as handle:
+        handle.write(tables)
+    if "offset" in args.arms:
+        print(f"published folder: {publish_folder(args, 'offset', args.seeds[0], tables, picture)}")
+    print("\n" + tables)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
