@@ -120,7 +120,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.unpad_inputs = unpad_inputs
         self.random_position_offset = random_position_offset
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
-        super().__init__(**kwargs)
+        # transformers 4.x's base class sets these two from its own arguments (None and True by default): hand ours on
+        super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
         self.check()
 
     def check(self) -> None:

@@ -24,7 +24,6 @@ from torch.nn import CrossEntropyLoss
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -38,6 +37,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
+
+try:  # transformers >= 4.58
+    from transformers.masking_utils import create_bidirectional_mask
+except ImportError:  # transformers 4.57 and older: `_bidirectional_mask` builds the same masks itself
+    create_bidirectional_mask = None
 
 logger = logging.get_logger(__name__)
 
@@ -183,6 +187,46 @@ def eager_attention_forward(
     return output, probs
 
 
+def _is_flash(attn_implementation: str | None) -> bool:
+    """flash_attention_2, flash_attention_3, and Hub flash kernels: the implementations that take packed sequences."""
+    return attn_implementation is not None and "flash" in attn_implementation
+
+
+def _attention_function(attn_implementation: str | None) -> Callable:
+    """The attention function registered with transformers under `attn_implementation`, or the written-out one for
+    "eager" (transformers 5 answers through `get_interface`; 4.x keeps a plain mapping without "eager")."""
+    get_interface = getattr(ALL_ATTENTION_FUNCTIONS, "get_interface", None)
+    if get_interface is not None:
+        return get_interface(attn_implementation, eager_attention_forward)
+    if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
+        return ALL_ATTENTION_FUNCTIONS[attn_implementation]
+    return eager_attention_forward
+
+
+def _bidirectional_mask(
+    config: SinusoidalEncoderConfig, attention_mask: torch.Tensor | None, like: torch.Tensor
+) -> torch.Tensor | None:
+    """The padding mask in the form the attention implementation takes: None when nothing is masked, `(B, T)` for
+    flash attention, `(B, 1, T, T)` booleans (True = attend) for sdpa, additive floats for eager. transformers'
+    `create_bidirectional_mask` where it exists; the same masks built here on older transformers."""
+    if create_bidirectional_mask is not None:
+        return create_bidirectional_mask(config=config, inputs_embeds=like, attention_mask=attention_mask)
+    if attention_mask is None or attention_mask.dim() == 4:
+        return attention_mask
+    keep = attention_mask.bool()  # (B, T)
+    if keep.all():
+        return None
+    if _is_flash(config._attn_implementation):
+        return keep
+    batch_size, seq_len = keep.shape
+    keep = keep[:, None, None, :].expand(batch_size, 1, seq_len, seq_len)  # (B, 1, T, T): every query, same keys
+    if config._attn_implementation == "eager":
+        return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
+            ~keep, torch.finfo(like.dtype).min
+        )
+    return keep
+
+
 class SinusoidalEncoderSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with one fused Q/K/V projection (laid out [Q; K; V], each head
     a contiguous block, as `torch.nn.MultiheadAttention.in_proj_weight`)."""
@@ -210,9 +254,7 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         qkv = self.qkv(hidden_states)  # (B, T, 3d), or (N, 3d) packed
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:  # only the written-out path can return the probabilities
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
+            attention_interface = _attention_function(self.config._attn_implementation)
         if unpadding is not None and not output_attentions:
             if _is_flash(self.config._attn_implementation):
                 return self.out_proj(self._varlen_attention(qkv, unpadding, attention_interface, **kwargs)), None
@@ -274,11 +316,6 @@ class SinusoidalEncoderSelfAttention(nn.Module):
             )  # (1, L, nh, hs)
             outputs.append(attn_output.reshape(end - start, self.num_heads * self.head_dim))  # (L, d)
         return torch.cat(outputs)  # (N, d)
-
-
-def _is_flash(attn_implementation: str | None) -> bool:
-    """flash_attention_2, flash_attention_3, and Hub flash kernels: the implementations that take packed sequences."""
-    return attn_implementation is not None and "flash" in attn_implementation
 
 
 class SinusoidalEncoderFeedForward(nn.Module):
@@ -628,9 +665,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
                 input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds, position_encoding=encoding
             )  # (B, T, d)
             shape_of = hidden_states
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=shape_of, attention_mask=attention_mask
-        )
+        attention_mask = _bidirectional_mask(self.config, attention_mask, shape_of)
         outputs = self.encoder(
             hidden_states,
             attention_mask,
