@@ -166,3 +166,28 @@ def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
     weights = batch["attention_mask"].unsqueeze(-1).float()
     expected = (hidden * weights).sum(1) / weights.sum(1)  # transformer + mean pooling, by hand
     torch.testing.assert_close(embeddings, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path, tokenizer):
+    """training/similarity_check.py on an exported folder: one (paraphrase, unrelated) pair of cosine similarities
+    per hand-checked triple, equal to transformer + mean pooling done by hand. (Whether a model ranks the
+    paraphrases first depends on its training: README records the scores of the pretrained checkpoint.)"""
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+    from sinusoidal_encoder.training import similarity_check
+    from sinusoidal_encoder.training.engine import save_tokenizer, write_sentence_transformers_files
+
+    model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
+    model.save_pretrained(tmp_path)
+    save_tokenizer(tokenizer, str(tmp_path))
+    write_sentence_transformers_files(str(tmp_path), model.config.hidden_size, 64)
+    scores = similarity_check.main([str(tmp_path)])
+    assert len(scores) == len(similarity_check.TRIPLES) >= 8
+    anchor, paraphrase, unrelated = similarity_check.TRIPLES[0]
+    batch = tokenizer([anchor, paraphrase, unrelated], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    weights = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (hidden * weights).sum(1) / weights.sum(1)
+    cosine = torch.nn.functional.cosine_similarity
+    expected = (float(cosine(pooled[0], pooled[1], dim=0)), float(cosine(pooled[0], pooled[2], dim=0)))
+    assert scores[0] == pytest.approx(expected, abs=1e-5)

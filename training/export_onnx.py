@@ -1,0 +1,107 @@
+"""Export a saved model folder to ONNX with dynamic batch and sequence axes, and check it with onnxruntime.
+
+    python training/export_onnx.py outputs/small-builtin                      # -> outputs/small-builtin/model.onnx
+    python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
+
+The graph takes `input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits`
+(fill-mask) or `last_hidden_state` (feature-extraction). The position encoding is computed inside the graph from the
+positions, so the exported model runs at any length, past `max_position_embeddings` too. Needs the `onnx`,
+`onnxscript` and `onnxruntime` packages (the `integrations` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+from transformers import AutoModel, AutoModelForMaskedLM
+
+import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+
+TASKS = {"fill-mask": (AutoModelForMaskedLM, "logits"), "feature-extraction": (AutoModel, "last_hidden_state")}
+
+
+class _Exported(torch.nn.Module):
+    """The model as a function of (input_ids, attention_mask) returning one tensor."""
+
+    def __init__(self, model: torch.nn.Module, output_name: str):
+        super().__init__()
+        self.model = model
+        self.output_name = output_name
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask), self.output_name)
+
+
+def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int = 18) -> str:
+    """Write `model` to `path` as ONNX (torch.onnx's dynamo exporter) with dynamic batch and sequence axes."""
+    model = model.eval()
+    if model.config.vocab_size < 3:
+        raise ValueError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
+    example = torch.arange(1, 17).remainder(model.config.vocab_size - 1).add(1).expand(2, 16)  # (2, 16)
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    axes = {0: batch, 1: sequence}
+    with torch.no_grad():
+        torch.onnx.export(
+            _Exported(model, output_name),
+            (example, torch.ones_like(example)),
+            path,
+            input_names=["input_ids", "attention_mask"],
+            output_names=[output_name],
+            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            opset_version=opset,
+            dynamo=True,
+        )
+    return path
+
+
+def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 300), atol: float = 1e-4) -> float:
+    """Largest difference on real tokens between onnxruntime and PyTorch, on padded batches of several lengths;
+    raises `ValueError` past `atol`."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    generator = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for length in lengths:
+        ids = torch.randint(1, model.config.vocab_size, (3, length), generator=generator)
+        mask = torch.ones_like(ids)
+        mask[1, length // 2 :] = 0
+        with torch.no_grad():
+            expected = getattr(model(input_ids=ids, attention_mask=mask), output_name)
+        (got,) = session.run([output_name], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        worst = max(worst, float((torch.from_numpy(got) - expected)[mask.bool()].abs().max()))
+    if worst > atol:
+        raise ValueError(f"onnxruntime differs from PyTorch by {worst:.2e} on real tokens (tolerance {atol:g}).")
+    return worst
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="A saved model folder (or Hub id).")
+    parser.add_argument("--task", default="fill-mask", choices=sorted(TASKS), help="Which head to export.")
+    parser.add_argument("--output", default=None, help="The .onnx file (default: MODEL/model.onnx for a folder).")
+    parser.add_argument("--opset", type=int, default=18, help="ONNX opset version.")
+    parser.add_argument("--no_check", action="store_true", help="Skip the onnxruntime comparison.")
+    args = parser.parse_args(argv)
+    if args.output is None:
+        if not os.path.isdir(args.model):
+            raise ValueError("--output is needed when the model is not a local folder.")
+        args.output = os.path.join(args.model, "model.onnx")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    auto_class, output_name = TASKS[args.task]
+    model = auto_class.from_pretrained(args.model).eval()
+    export_onnx(model, args.output, output_name, args.opset)
+    print(f"wrote {args.output}")
+    if not args.no_check:
+        worst = check_onnx(model, args.output, output_name)
+        print(f"onnxruntime against PyTorch, real tokens, lengths 8 and 300: max abs difference {worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()
