@@ -64,6 +64,9 @@ def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
     with torch.no_grad():
         expected_scaled = model(input_ids=ids, labels=labels, position_ids=half).loss.item()
     assert scaled == pytest.approx(expected_scaled, rel=1e-5) and scaled != pytest.approx(loss, rel=1e-6)
+    wide, _ = lg.masked_lm_loss(model, batches, window=16)  # every token within reach: plain attention
+    narrow, _ = lg.masked_lm_loss(model, batches, window=2)
+    assert wide == pytest.approx(loss, rel=1e-5) and narrow != pytest.approx(loss, rel=1e-4)
     assert not model.config.sparse_prediction  # left as it was
 
 
@@ -132,11 +135,13 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     assert set(summary["arms"]) == {"post_ln", "bert", "no_position", "offset"}
     for arm in summary["arms"].values():
         assert set(arm["loss"]) == {"128", "256"} and all(v[0] > 0 for v in arm["loss"].values())
-    assert set(summary["arms"]["offset"]["scaled_loss"]) == {"256"}  # scaling applies past the training length
+    for variant in ("scaled_loss", "windowed_loss"):  # inference-time remedies, past the training length only
+        assert set(summary["arms"]["offset"][variant]) == {"256"} and not summary["arms"]["bert"][variant]
     assert summary["arms"]["bert"]["finetune"]["eval_accuracy"] >= 0
     assert json.loads((out / "results.json").read_text())["summary"]["lengths"] == [128, 256]
     tables = (out / "results.md").read_text()
     assert "BertForMaskedLM" in tables and "| arm | 128 tokens | 256 tokens | 256 / 128 |" in tables
+    assert "attention within ±127 tokens at inference" in tables
     assert (out / "length_generalization.png").stat().st_size > 0
     published = AutoModelForMaskedLM.from_pretrained(out / "published")
     assert published.config.random_position_offset == 128

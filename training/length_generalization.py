@@ -181,13 +181,21 @@ def run_folder(args: argparse.Namespace, arm: str, seed: int) -> str:
     return os.path.join(args.output_dir, arm, f"seed{seed}")
 
 
+def read_finished(folder: str) -> dict[str, Any] | None:
+    """What a finished run reported (its marker is written last), or None while it is not finished."""
+    path = os.path.join(folder, DONE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def pretrain_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any]:
     """Pretrain one arm with one seed (resuming a killed run), save it and return what the run reports."""
     folder = run_folder(args, arm, seed)
-    done = os.path.join(folder, DONE)
-    if os.path.exists(done):
-        with open(done) as handle:
-            return json.load(handle)
+    finished = read_finished(folder)
+    if finished is not None:
+        return finished
     argv = [
         "--config_name",
         args.config_name,
@@ -242,7 +250,7 @@ def pretrain_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any
         "validation_curve": [(m["step"], m["eval_loss"]) for m in evals],
         "seconds_this_session": time.time() - start,
     }
-    with open(done, "w") as handle:
+    with open(os.path.join(folder, DONE), "w") as handle:
         json.dump(report, handle, indent=2)
     return report
 
@@ -269,9 +277,12 @@ def evaluation_batches(tokenizer, lengths: list[int], args: argparse.Namespace) 
 
 
 @torch.no_grad()
-def masked_lm_loss(model, batches: list[dict], position_scale: float = 1.0) -> tuple[float, int]:
-    """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. `position_scale` < 1
-    feeds positions p·scale (the inference-time remedy: long inputs squeezed into the trained range)."""
+def masked_lm_loss(
+    model, batches: list[dict], position_scale: float = 1.0, window: int | None = None
+) -> tuple[float, int]:
+    """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. Two inference-time
+    remedies for our model: `position_scale` < 1 feeds positions p·scale (long inputs squeezed into the trained range);
+    `window` lets each token attend only to tokens fewer than `window` positions away (the distances of training)."""
     total, count = 0.0, 0
     for batch in batches:
         ids, labels = batch["input_ids"], batch["labels"]
@@ -280,34 +291,49 @@ def masked_lm_loss(model, batches: list[dict], position_scale: float = 1.0) -> t
             hidden = model.bert(input_ids=ids).last_hidden_state  # (B, T, d)
             logits = model.cls(hidden[keep])  # (N, V)
         else:
-            position_ids = None
+            length = ids.shape[1]
+            position_ids = attention_mask = None
             if position_scale != 1.0:
-                position_ids = (torch.arange(ids.shape[1], dtype=torch.float64) * position_scale).unsqueeze(0)
+                position_ids = (torch.arange(length, dtype=torch.float64) * position_scale).unsqueeze(0)  # (1, T)
+            if window is not None:
+                offsets = torch.arange(length)
+                attention_mask = ((offsets[:, None] - offsets[None, :]).abs() < window)[None, None]  # (1, 1, T, T)
             model.config.sparse_prediction = True
-            logits = model(input_ids=ids, labels=labels, position_ids=position_ids).logits  # (N, V)
+            logits = model(
+                input_ids=ids, labels=labels, position_ids=position_ids, attention_mask=attention_mask
+            ).logits  # (N, V)
             model.config.sparse_prediction = False
         total += F.cross_entropy(logits.double(), labels[keep], reduction="sum").item()
         count += int(keep.sum())
     return total / max(count, 1), count
 
 
+SINUSOIDAL_ARMS = ("post_ln", "pre_ln", "offset")  # the arms whose positions can be scaled or windowed
+VARIANTS = {  # inference-time remedies measured past the training length
+    "scaled_loss": "positions scaled into the trained range at inference",
+    "windowed_loss": f"attention within ±{TRAIN_LENGTH - 1} tokens at inference",
+}
+MEASUREMENTS = ("loss", "masked_tokens", *VARIANTS)
+
+
 def evaluate_arm(args, arm: str, seed: int, batches: dict[int, list[dict]]) -> dict[str, Any]:
-    """Loss at every length, and for the sinusoidal arms past the training length also with positions scaled into
-    the trained range. Cached in the run folder."""
+    """Loss at every length; for the sinusoidal arms past the training length also with positions scaled into the
+    trained range, and with attention windowed to the training span. Cached in the run folder."""
     folder = run_folder(args, arm, seed)
     path = os.path.join(folder, "length_evaluation.json")
     if os.path.exists(path):
         with open(path) as handle:
             cached = json.load(handle)
-        if sorted(int(k) for k in cached["loss"]) == sorted(batches):
+        if set(cached) == set(MEASUREMENTS) and sorted(int(k) for k in cached["loss"]) == sorted(batches):
             return cached
     model = load_arm(arm, folder)
-    result: dict[str, Any] = {"loss": {}, "masked_tokens": {}, "scaled_loss": {}}
+    result: dict[str, Any] = {name: {} for name in MEASUREMENTS}
     for length, length_batches in batches.items():
         loss, count = masked_lm_loss(model, length_batches)
         result["loss"][str(length)], result["masked_tokens"][str(length)] = loss, count
-        if arm in ("post_ln", "pre_ln", "offset") and length > TRAIN_LENGTH:
+        if arm in SINUSOIDAL_ARMS and length > TRAIN_LENGTH:
             result["scaled_loss"][str(length)] = masked_lm_loss(model, length_batches, TRAIN_LENGTH / length)[0]
+            result["windowed_loss"][str(length)] = masked_lm_loss(model, length_batches, window=TRAIN_LENGTH)[0]
         print(f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens")
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
@@ -320,10 +346,9 @@ def evaluate_arm(args, arm: str, seed: int, batches: dict[int, list[dict]]) -> d
 
 def finetune_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, float]:
     folder = os.path.join(args.output_dir, "finetune", arm)
-    done = os.path.join(folder, DONE)
-    if os.path.exists(done):
-        with open(done) as handle:
-            return json.load(handle)
+    finished = read_finished(folder)
+    if finished is not None:
+        return finished
     argv = [
         "--model_name_or_path",
         run_folder(args, arm, seed),
@@ -354,7 +379,7 @@ def finetune_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, flo
         raise ValueError("The ablation arm is not fine-tuned (its saved folder carries no switch for the encoding).")
     _, _, _, _, final, _ = finetune.finetune(fargs, any_model_type=arm == "bert")
     shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
-    with open(done, "w") as handle:
+    with open(os.path.join(folder, DONE), "w") as handle:
         json.dump(final, handle, indent=2)
     return final
 
@@ -369,16 +394,19 @@ def summarise(args, runs: dict, evaluations: dict, finetuned: dict) -> dict[str,
     for arm in args.arms:
         seeds = [seed for seed in args.seeds if (arm, seed) in evaluations]
         per_length = {length: [evaluations[arm, seed]["loss"][length] for seed in seeds] for length in lengths}
-        scaled = {
-            length: [evaluations[arm, seed]["scaled_loss"][length] for seed in seeds]
-            for length in lengths
-            if all(length in evaluations[arm, seed]["scaled_loss"] for seed in seeds)
+        variants = {
+            name: {
+                length: [evaluations[arm, seed][name][length] for seed in seeds]
+                for length in lengths
+                if all(length in evaluations[arm, seed][name] for seed in seeds)
+            }
+            for name in VARIANTS
         }
         summary["arms"][arm] = {
             "label": ARMS[arm],
             "seeds": seeds,
             "loss": per_length,
-            "scaled_loss": scaled,
+            **variants,
             "validation_loss": [runs[arm, seed]["validation_loss"] for seed in seeds],
             "validation_curve": runs[arm, seeds[0]]["validation_curve"],
             "tokens_seen": runs[arm, seeds[0]]["tokens_seen"],
@@ -414,17 +442,16 @@ def markdown_tables(args, summary: dict) -> str:
             cells.append(f"{_mean(values):.3f}{spread} ({perplexity(_mean(values)):,.0f})")
         ratio = _mean(data["loss"][lengths[-1]]) / _mean(data["loss"][lengths[0]])
         lines.append(f"| {data['label']} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
-    for data in summary["arms"].values():
-        if data["scaled_loss"]:
-            cells = [
-                f"{_mean(data['scaled_loss'][length]):.3f}" if length in data["scaled_loss"] else "—"
+    for name, description in VARIANTS.items():
+        for data in summary["arms"].values():
+            if not data[name]:
+                continue
+            cells = [  # at the training length the variant changes nothing: the plain loss
+                f"{_mean(data[name][length]):.3f}" if length in data[name] else f"{_mean(data['loss'][length]):.3f}"
                 for length in lengths
             ]
-            cells[0] = f"{_mean(data['loss'][lengths[0]]):.3f}"
-            ratio = _mean(data["scaled_loss"][lengths[-1]]) / _mean(data["loss"][lengths[0]])
-            lines.append(
-                f"| {data['label']}, positions scaled at inference | " + " | ".join(cells) + f" | {ratio:.2f}× |"
-            )
+            ratio = _mean(data[name][lengths[-1]]) / _mean(data["loss"][lengths[0]])
+            lines.append(f"| {data['label']}, {description} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
     lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
     tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
     if tuned:
@@ -453,11 +480,23 @@ def plot(summary: dict, path: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     lengths = summary["lengths"]
-    for data in summary["arms"].values():
+    for arm, data in summary["arms"].items():
         means = [_mean(data["loss"][str(length)]) for length in lengths]
         low = [means[i] - min(data["loss"][str(length)]) for i, length in enumerate(lengths)]
         high = [max(data["loss"][str(length)]) - means[i] for i, length in enumerate(lengths)]
-        ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
+        line = ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
+        windowed = data.get("windowed_loss") or {}
+        if arm == "offset" and windowed:
+            xs = [length for length in lengths if str(length) in windowed]
+            ys = [_mean(windowed[str(length)]) for length in xs]
+            ax.plot(
+                [lengths[0], *xs],
+                [means[0], *ys],
+                linestyle="--",
+                marker="s",
+                color=line[0].get_color(),
+                label=f"{data['label']}, {VARIANTS['windowed_loss']}",
+            )
     ax.axvline(summary["train_length"], color="grey", linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(length) for length in lengths])
