@@ -4,11 +4,11 @@
     python benchmarks/benchmark.py --size base          # BERT-base dimensions
     python benchmarks/benchmark.py --compile            # adds our torch.compile path
 
-Every row is a median over interleaved repetitions (ours, BERT, ours, BERT, ...) on this machine, with the ratio
-ours / BERT. Each model runs in a worker process of its own (its own allocator heap, as in a user's program); the
-parent asks the two workers for one timed call in turn. Both models have the same hidden size, layers, heads, FFN size, vocabulary (30522) and activation (GELU);
-BERT uses sdpa attention like ours. Nothing here asserts a time: the tests check that every optimisation computes
-the same thing.
+Every row is a median over interleaved repetitions (ours, BERT, ours, BERT, ...) on this machine, with the ratio ours
+/ BERT. Each model runs in a worker process of its own (its own allocator heap, as in a user's program); the parent
+asks the two workers for one timed call in turn. Both models have the same hidden size, layers, heads, FFN size,
+vocabulary (30522) and activation (GELU); BERT uses sdpa attention like ours. Nothing here asserts a time: the tests
+check that every optimisation computes the same thing.
 """
 
 from __future__ import annotations
