@@ -309,9 +309,11 @@ def masked_lm_loss(
 
 
 SINUSOIDAL_ARMS = ("post_ln", "pre_ln", "offset")  # the arms whose positions can be scaled or windowed
-VARIANTS = {  # inference-time remedies measured past the training length
+# inference-time remedies measured past the training length: (description, position scale or None, window or None)
+WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
+VARIANTS = {
     "scaled_loss": "positions scaled into the trained range at inference",
-    "windowed_loss": f"attention within ±{TRAIN_LENGTH - 1} tokens at inference",
+    **{f"window{w}_loss": f"attention within ±{w - 1} tokens at inference" for w in WINDOWS},
 }
 MEASUREMENTS = ("loss", "masked_tokens", *VARIANTS)
 
@@ -333,7 +335,8 @@ def evaluate_arm(args, arm: str, seed: int, batches: dict[int, list[dict]]) -> d
         result["loss"][str(length)], result["masked_tokens"][str(length)] = loss, count
         if arm in SINUSOIDAL_ARMS and length > TRAIN_LENGTH:
             result["scaled_loss"][str(length)] = masked_lm_loss(model, length_batches, TRAIN_LENGTH / length)[0]
-            result["windowed_loss"][str(length)] = masked_lm_loss(model, length_batches, window=TRAIN_LENGTH)[0]
+            for window in WINDOWS:
+                result[f"window{window}_loss"][str(length)] = masked_lm_loss(model, length_batches, window=window)[0]
         print(f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens")
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
@@ -485,17 +488,19 @@ def plot(summary: dict, path: str) -> None:
         low = [means[i] - min(data["loss"][str(length)]) for i, length in enumerate(lengths)]
         high = [max(data["loss"][str(length)]) - means[i] for i, length in enumerate(lengths)]
         line = ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
-        windowed = data.get("windowed_loss") or {}
-        if arm == "offset" and windowed:
+        for name, style in ((f"window{WINDOWS[0]}_loss", "--"), (f"window{WINDOWS[1]}_loss", ":")):
+            windowed = data.get(name) or {}
+            if arm != "offset" or not windowed:
+                continue
             xs = [length for length in lengths if str(length) in windowed]
             ys = [_mean(windowed[str(length)]) for length in xs]
             ax.plot(
                 [lengths[0], *xs],
                 [means[0], *ys],
-                linestyle="--",
+                linestyle=style,
                 marker="s",
                 color=line[0].get_color(),
-                label=f"{data['label']}, {VARIANTS['windowed_loss']}",
+                label=f"{data['label']}, {VARIANTS[name]}",
             )
     ax.axvline(summary["train_length"], color="grey", linestyle=":", linewidth=1)
     ax.set_xscale("log", base=2)
