@@ -67,6 +67,12 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             positions start at an offset drawn uniformly from 0…`random_position_offset` instead of 0, so that the
             model meets positions far beyond its training length without training on longer sequences. Evaluation
             and inference always start at 0. 0 turns it off.
+        long_input_attention_window (`int`, *optional*): for inputs longer than `max_position_embeddings` (the length
+            the model was trained at), each token attends only to the tokens fewer than this many positions away, so
+            that no attention spans more than training showed the model; inputs up to the training length attend
+            fully, exactly as in training. `max_position_embeddings // 2` measured best in
+            `training/length_generalization.py`. None (the default) turns it off. Windowed long inputs use a
+            `(T, T)` mask with sdpa or eager attention (not available with flash attention).
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -96,6 +102,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         sparse_prediction: bool = False,
         unpad_inputs: bool = True,
         random_position_offset: int = 0,
+        long_input_attention_window: int | None = None,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -119,6 +126,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.sparse_prediction = sparse_prediction
         self.unpad_inputs = unpad_inputs
         self.random_position_offset = random_position_offset
+        self.long_input_attention_window = long_input_attention_window
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         # transformers 4.x's base class sets these two from its own arguments (None and True by default): hand ours on
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
@@ -137,6 +145,9 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        window = self.long_input_attention_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+            raise ValueError(f"`long_input_attention_window` must be a positive integer or None, got {window!r}.")
         offset = self.random_position_offset
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"`random_position_offset` must be a non-negative integer, got {offset!r}.")

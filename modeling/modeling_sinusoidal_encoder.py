@@ -227,6 +227,20 @@ def _bidirectional_mask(
     return keep
 
 
+def _restrict_to_window(
+    attention_mask: torch.Tensor | None, window: int, seq_len: int, device: torch.device
+) -> torch.Tensor:
+    """`attention_mask` (None, booleans or additive floats of shape `(B or 1, 1, T, T)`) with every pair of tokens
+    `window` or more positions apart masked out as well."""
+    positions = torch.arange(seq_len, device=device)
+    band = ((positions[:, None] - positions[None, :]).abs() < window)[None, None]  # (1, 1, T, T): True = attend
+    if attention_mask is None:
+        return band
+    if attention_mask.dtype == torch.bool:
+        return attention_mask & band
+    return attention_mask.masked_fill(~band, torch.finfo(attention_mask.dtype).min)
+
+
 class SinusoidalEncoderSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with one fused Q/K/V projection (laid out [Q; K; V], each head
     a contiguous block, as `torch.nn.MultiheadAttention.in_proj_weight`)."""
@@ -577,6 +591,18 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    def _long_input_window(self, seq_len: int) -> int | None:
+        """`long_input_attention_window` when it applies: configured, and the input longer than the training length."""
+        window = self.config.long_input_attention_window
+        if window is None or seq_len <= self.config.max_position_embeddings:
+            return None
+        if _is_flash(self.config._attn_implementation):
+            raise ValueError(
+                "`long_input_attention_window` is not available with flash attention: load the model with "
+                "attn_implementation='sdpa' or 'eager', or set the window to None."
+            )
+        return window
+
     def _position_offsets_active(self) -> bool:
         return self.training and self.config.random_position_offset > 0
 
@@ -628,9 +654,11 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             )
         reference = input_ids if input_ids is not None else inputs_embeds
         batch_size, seq_len = reference.shape[:2]
+        window = self._long_input_window(seq_len)
         unpadding = None
         if (
-            self.config.unpad_inputs
+            window is None  # a windowed long input keeps the padded layout, where the window is a mask
+            and self.config.unpad_inputs
             and attention_mask is not None
             and attention_mask.dim() == 2
             and (self.config._attn_implementation in ("sdpa", "eager") or _is_flash(self.config._attn_implementation))
@@ -666,6 +694,8 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             )  # (B, T, d)
             shape_of = hidden_states
         attention_mask = _bidirectional_mask(self.config, attention_mask, shape_of)
+        if window is not None:
+            attention_mask = _restrict_to_window(attention_mask, window, seq_len, shape_of.device)
         outputs = self.encoder(
             hidden_states,
             attention_mask,

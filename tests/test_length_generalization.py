@@ -50,7 +50,7 @@ def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
 
 
 def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
-    model = se.SinusoidalEncoderForMaskedLM(tiny_config()).eval()
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(max_position_embeddings=8)).eval()  # evaluated past it
     ids = random_ids(2, 16)
     labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
     batches = [{"input_ids": ids[:1], "labels": labels[:1]}, {"input_ids": ids[1:], "labels": labels[1:]}]
@@ -67,7 +67,7 @@ def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
     wide, _ = lg.masked_lm_loss(model, batches, window=16)  # every token within reach: plain attention
     narrow, _ = lg.masked_lm_loss(model, batches, window=2)
     assert wide == pytest.approx(loss, rel=1e-5) and narrow != pytest.approx(loss, rel=1e-4)
-    assert not model.config.sparse_prediction  # left as it was
+    assert not model.config.sparse_prediction and model.config.long_input_attention_window is None  # as it was
 
 
 @pytest.mark.parametrize(
@@ -149,6 +149,7 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     assert (out / "length_generalization.png").stat().st_size > 0
     published = AutoModelForMaskedLM.from_pretrained(out / "published")
     assert published.config.random_position_offset == 128
+    assert published.config.long_input_attention_window == lg.best_window(summary) in lg.WINDOWS
     card = (out / "published" / "README.md").read_text()
     assert "## Past the training length" in card and "length_generalization.png" in card
     bert = AutoModelForMaskedLM.from_pretrained(out / "bert" / "seed0")

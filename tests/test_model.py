@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import random_ids, tiny_config
+from conftest import VOCAB_SIZE, random_ids, tiny_config
 from torch import nn
 from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -449,3 +449,60 @@ def test_random_position_offset_shifts_positions_in_training_only(padded):
 def test_random_position_offset_is_checked(value):
     with pytest.raises(ValueError, match="random_position_offset"):
         tiny_config(random_position_offset=value)
+
+
+def _band(length: int, window: int) -> torch.Tensor:
+    positions = torch.arange(length)
+    return ((positions[:, None] - positions[None, :]).abs() < window)[None, None]  # (1, 1, T, T)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_long_input_attention_window_applies_past_the_training_length_only(attn_implementation):
+    """Inputs up to `max_position_embeddings` attend fully, exactly as without the option; longer ones attend
+    within the window: the outputs of an explicit band mask, and right padding changes no real token."""
+    window, trained = 4, 12
+    windowed = AutoModel.from_config(
+        tiny_config(max_position_embeddings=trained, long_input_attention_window=window),
+        attn_implementation=attn_implementation,
+    ).eval()
+    plain = AutoModel.from_config(
+        tiny_config(max_position_embeddings=trained), attn_implementation=attn_implementation
+    )
+    plain.load_state_dict(windowed.state_dict())
+    plain.eval()
+    short, long = random_ids(2, trained), random_ids(2, 30)
+    with torch.no_grad():
+        assert torch.equal(windowed(short).last_hidden_state, plain(short).last_hidden_state)
+        got = windowed(long).last_hidden_state
+        expected = plain(long, attention_mask=_band(30, window)).last_hidden_state
+        assert torch.equal(got, expected)
+        assert not torch.allclose(got, plain(long).last_hidden_state)
+        padded = torch.cat([long, torch.zeros(2, 6, dtype=torch.long)], dim=1)
+        mask = torch.cat([torch.ones(2, 30), torch.zeros(2, 6)], dim=1).long()
+        torch.testing.assert_close(
+            windowed(padded, attention_mask=mask).last_hidden_state[:, :30], got, atol=1e-5, rtol=1e-5
+        )
+
+
+def test_long_input_attention_window_limits_what_a_token_sees():
+    """One layer: a token's output ignores tokens `window` or more positions away, and only those."""
+    model = AutoModel.from_config(
+        tiny_config(num_hidden_layers=1, max_position_embeddings=8, long_input_attention_window=5)
+    ).eval()
+    ids = random_ids(1, 20)
+    changed = ids.clone()
+    changed[0, 0] = ids[0, 0] % (VOCAB_SIZE - 2) + 1
+    with torch.no_grad():
+        a, b = model(ids).last_hidden_state[0], model(changed).last_hidden_state[0]
+    moved = [int(not torch.allclose(a[i], b[i])) for i in range(20)]
+    assert moved == [1] * 5 + [0] * 15  # positions 0…4 see position 0; 5 and beyond do not
+
+
+def test_long_input_attention_window_refuses_flash_attention_and_bad_values():
+    model = se.SinusoidalEncoderModel(tiny_config(max_position_embeddings=8, long_input_attention_window=4)).eval()
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ValueError, match="long_input_attention_window"):
+        model(random_ids(1, 9))
+    for value in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="long_input_attention_window"):
+            tiny_config(long_input_attention_window=value)

@@ -282,7 +282,8 @@ def masked_lm_loss(
 ) -> tuple[float, int]:
     """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. Two inference-time
     remedies for our model: `position_scale` < 1 feeds positions p·scale (long inputs squeezed into the trained range);
-    `window` lets each token attend only to tokens fewer than `window` positions away (the distances of training)."""
+    `window` is `long_input_attention_window`: past the training length each token attends only to the tokens fewer
+    than `window` positions away."""
     total, count = 0.0, 0
     for batch in batches:
         ids, labels = batch["input_ids"], batch["labels"]
@@ -291,18 +292,14 @@ def masked_lm_loss(
             hidden = model.bert(input_ids=ids).last_hidden_state  # (B, T, d)
             logits = model.cls(hidden[keep])  # (N, V)
         else:
-            length = ids.shape[1]
-            position_ids = attention_mask = None
+            position_ids = None
             if position_scale != 1.0:
-                position_ids = (torch.arange(length, dtype=torch.float64) * position_scale).unsqueeze(0)  # (1, T)
-            if window is not None:
-                offsets = torch.arange(length)
-                attention_mask = ((offsets[:, None] - offsets[None, :]).abs() < window)[None, None]  # (1, 1, T, T)
+                position_ids = (torch.arange(ids.shape[1], dtype=torch.float64) * position_scale).unsqueeze(0)
             model.config.sparse_prediction = True
-            logits = model(
-                input_ids=ids, labels=labels, position_ids=position_ids, attention_mask=attention_mask
-            ).logits  # (N, V)
+            model.config.long_input_attention_window = window  # applies past max_position_embeddings only
+            logits = model(input_ids=ids, labels=labels, position_ids=position_ids).logits  # (N, V)
             model.config.sparse_prediction = False
+            model.config.long_input_attention_window = None
         total += F.cross_entropy(logits.double(), labels[keep], reduction="sum").item()
         count += int(keep.sum())
     return total / max(count, 1), count
@@ -514,12 +511,20 @@ def plot(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
-def publish_folder(args, arm: str, seed: int, tables: str, picture: str) -> str:
-    """The remedy arm as a Hub-ready folder whose model card carries the tables and the plot."""
+def best_window(summary: dict, arm: str = "offset") -> int:
+    """The `long_input_attention_window` with the lowest loss at the longest evaluation length."""
+    longest = str(summary["lengths"][-1])
+    return min(WINDOWS, key=lambda w: _mean(summary["arms"][arm][f"window{w}_loss"][longest]))
+
+
+def publish_folder(args, arm: str, seed: int, tables: str, picture: str, window: int) -> str:
+    """The remedy arm as a Hub-ready folder, configured with the measured best window, whose model card carries the
+    tables and the plot."""
     from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
 
     folder = os.path.join(args.output_dir, "published")
     model = AutoModelForMaskedLM.from_pretrained(run_folder(args, arm, seed))
+    model.config.long_input_attention_window = window
     tokenizer = AutoTokenizer.from_pretrained(run_folder(args, arm, seed))
     model.save_pretrained(folder)
     save_tokenizer(tokenizer, folder)
@@ -537,7 +542,9 @@ def publish_folder(args, arm: str, seed: int, tables: str, picture: str) -> str:
             f"Masked language modelling, {run['steps']:,} steps, {run['tokens_seen']:,} tokens, blocks of "
             f"{TRAIN_LENGTH} tokens, `random_position_offset={model.config.random_position_offset}` (each training "
             f"sequence starts at a random position), lr {args.learning_rate:g}, seed {seed}; trained by "
-            "`training/length_generalization.py` of sinusoidal-encoder."
+            "`training/length_generalization.py` of sinusoidal-encoder. Configured with "
+            f"`long_input_attention_window={window}`: inputs longer than {TRAIN_LENGTH} tokens attend within "
+            f"±{window - 1} tokens."
         ),
         metrics={"loss": run["validation_loss"], "perplexity": perplexity(run["validation_loss"])},
         pictures=pictures,
@@ -569,7 +576,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with open(os.path.join(args.output_dir, "results.md"), "w") as handle:
         handle.write(tables)
     if "offset" in args.arms:
-        print(f"published folder: {publish_folder(args, 'offset', args.seeds[0], tables, picture)}")
+        window = best_window(summary)
+        print(f"published folder: {publish_folder(args, 'offset', args.seeds[0], tables, picture, window)}")
     print("\n" + tables)
     return summary
 
