@@ -28,11 +28,19 @@ def test_config_overrides_parse_by_field_type():
     )
     assert (config.hidden_size, config.num_attention_heads, config.norm_first) == (64, 8, True)
     assert config.hidden_dropout_prob == 0.2 and config.hidden_act == "gelu"
+    apply_overrides(config, "random_position_offset=896,long_input_attention_window=64")  # the length remedies
+    assert (config.random_position_offset, config.long_input_attention_window) == (896, 64)
+    apply_overrides(config, "long_input_attention_window=null")
+    assert config.long_input_attention_window is None
     for bad, message in [
         ("hidden_size", "field=value"),
         ("nope=1", "nope"),
         ("norm_first=maybe", "norm_first"),
         ("hidden_size=30,num_attention_heads=4", "num_attention_heads"),
+        ("long_input_attention_window=wide", "long_input_attention_window"),
+        ("long_input_attention_window=0", "long_input_attention_window"),
+        ("hidden_size=wide", "hidden_size"),
+        ("hidden_size=null", "hidden_size"),
     ]:
         with pytest.raises(ValueError, match=message):
             apply_overrides(tiny_config(), bad)

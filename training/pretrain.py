@@ -12,6 +12,7 @@ tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -98,14 +99,22 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
         if not hasattr(config, key):
             raise ValueError(f"--config_overrides: the config has no field {key!r}.")
         old = getattr(config, key)
-        if isinstance(old, bool):
+        if value.lower() in ("null", "none"):  # unset an optional field; config.check() rejects it elsewhere
+            new = None
+        elif isinstance(old, bool):
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"--config_overrides: {key} must be true or false, got {value!r}.")
             new = value.lower() in ("true", "1")
-        elif isinstance(old, int):
-            new = int(value)
-        elif isinstance(old, float):
-            new = float(value)
+        elif isinstance(old, (int, float)):
+            try:
+                new = type(old)(value)
+            except ValueError:
+                raise ValueError(f"--config_overrides: {key} must be a number, got {value!r}.") from None
+        elif old is None:  # an optional field (long_input_attention_window): a number, or the text itself
+            try:
+                new = json.loads(value)
+            except json.JSONDecodeError:
+                new = value
         else:
             new = value
         setattr(config, key, new)
