@@ -152,6 +152,8 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     assert published.config.long_input_attention_window == lg.best_window(summary) in lg.WINDOWS
     card = (out / "published" / "README.md").read_text()
     assert "## Past the training length" in card and "length_generalization.png" in card
+    window = published.config.long_input_attention_window
+    assert f"configured with `long_input_attention_window={window}`" in card and f"±{window - 1} tokens" in card
     bert = AutoModelForMaskedLM.from_pretrained(out / "bert" / "seed0")
     assert type(bert) is BertForMaskedLM and bert.config.max_position_embeddings == 256
 

@@ -127,6 +127,7 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     assert {m["type"] for m in result} == {"loss", "perplexity"}
     assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
     assert "trust_remote_code=True" in card
+    assert "Setting\n  `long_input_attention_window`" in card and "configured with" not in card
     # loads with AutoModel in a fresh process, and fills masks
     script = (
         "import sinusoidal_encoder, sys\n"

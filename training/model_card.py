@@ -93,6 +93,7 @@ def render_model_card(
         "hidden_act": config.hidden_act,
         "vocab_size": config.vocab_size,
         "max_position_embeddings": config.max_position_embeddings,
+        "long_input_window": getattr(config, "long_input_attention_window", None),
         "intended_uses": intended_uses
         or "A masked-language model: fill in masked tokens, or fine-tune it for classification, tagging or "
         "extractive question answering, or use its hidden states as features.",
