@@ -307,8 +307,8 @@ def masked_lm_loss(
 
 
 SINUSOIDAL_ARMS = ("post_ln", "pre_ln", "offset")  # the arms whose positions can be scaled or windowed
-# inference-time remedies measured past the training length: (description, position scale or None, window or None)
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
+# inference-time remedies measured past the training length, by result key: what the table calls them
 VARIANTS = {
     "scaled_loss": "positions scaled into the trained range at inference",
     **{f"window{w}_loss": f"attention within ±{w - 1} tokens at inference" for w in WINDOWS},
@@ -541,9 +541,7 @@ def publish_folder(args, arm: str, seed: int, tables: str, picture: str, window:
             f"Masked language modelling, {run['steps']:,} steps, {run['tokens_seen']:,} tokens, blocks of "
             f"{TRAIN_LENGTH} tokens, `random_position_offset={model.config.random_position_offset}` (each training "
             f"sequence starts at a random position), lr {args.learning_rate:g}, seed {seed}; trained by "
-            "`training/length_generalization.py` of sinusoidal-encoder. Configured with "
-            f"`long_input_attention_window={window}`: inputs longer than {TRAIN_LENGTH} tokens attend within "
-            f"±{window - 1} tokens."
+            "`training/length_generalization.py` of sinusoidal-encoder."
         ),
         metrics={"loss": run["validation_loss"], "perplexity": perplexity(run["validation_loss"])},
         pictures=pictures,
