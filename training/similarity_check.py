@@ -58,6 +58,53 @@ TRIPLES = [
 ]
 
 
+# The same kind of triple, made harder: the paraphrase shares no content word with the sentence and the unrelated
+# sentence shares at least one, so counting shared words ranks them the wrong way round. Written before any model was
+# scored on them.
+LOW_OVERLAP_TRIPLES = [
+    (
+        "Delete the temporary directory when the program exits.",
+        "Remove the scratch folder at shutdown.",
+        "Print the directory where the program was installed.",
+    ),
+    (
+        "Return the number of elements in the list.",
+        "Give back how many items the sequence contains.",
+        "Return the list of names sorted by number.",
+    ),
+    (
+        "Raise an exception if the input is empty.",
+        "Throw an error when no data is given.",
+        "The exception message names the input file.",
+    ),
+    (
+        "Download the weights from the internet.",
+        "Fetch the parameters over the network.",
+        "Plot the weights of the first layer.",
+    ),
+    (
+        "Convert the text to lower case.",
+        "Make every letter of the string small.",
+        "Split the text into a list of words.",
+    ),
+    (
+        "Wait until all processes reach this point.",
+        "Block every worker at a barrier before continuing.",
+        "Print the point at which each process started.",
+    ),
+    (
+        "Stop training when the validation loss stops improving.",
+        "End the run early once the held-out error no longer decreases.",
+        "The validation set holds a tenth of the training data.",
+    ),
+    (
+        "Shuffle the examples before each epoch.",
+        "Randomly reorder the samples at the start of every pass.",
+        "Count the examples seen in each epoch.",
+    ),
+]
+
+
 def similarity_scores(encoder) -> list[tuple[float, float]]:
     """(cosine to the paraphrase, cosine to the unrelated sentence) for every triple."""
     from sentence_transformers import util
