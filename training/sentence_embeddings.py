@@ -27,7 +27,6 @@ import hashlib
 import importlib
 import json
 import os
-import random
 import re
 from typing import Any
 
@@ -290,7 +289,6 @@ def distil(args: argparse.Namespace) -> dict[str, Any]:
 
     import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes: save_pretrained writes code)
 
-    random.seed(args.seed)
     os.makedirs(args.output_dir, exist_ok=True)
     raw = load_raw_datasets(args)
     column = text_column(raw["train"], args.text_column_name)
