@@ -159,9 +159,9 @@ def test_distilled_folder_loads_with_no_extra_code(distilled, tokenizer):
 def test_distillation_makes_paraphrases_score_higher(distilled):
     """On the 16 hand-checked triples, the distilled model separates paraphrases from unrelated sentences far more
     than the same student before training (whose mean-pooled embeddings all point the same way: cosines near 0.9):
-    the mean margin (cosine to the paraphrase minus cosine to the unrelated sentence) rises by at least 0.1 and no
-    fewer triples are ranked right. (This CI-sized student ranks 13-14 of 16 at seeds 0-2; README has the figures
-    of a larger run and of the teacher, which ranks all 16.)"""
+    the mean margin (cosine to the paraphrase minus cosine to the unrelated sentence) rises by at least 0.1, no
+    fewer triples are ranked right, and at least 12 of the 16 are. (This CI-sized student ranks 13-14 of 16 at seeds
+    0-2; the small preset distilled with the script's defaults ranks all 16, as does the teacher: README.)"""
     from sentence_transformers import SentenceTransformer
 
     from sinusoidal_encoder.training import similarity_check
@@ -173,5 +173,5 @@ def test_distillation_makes_paraphrases_score_higher(distilled):
 
     right_before, margin_before = summary(distilled["student"])
     right_after, margin_after = summary(distilled["out"])
-    assert right_after >= right_before
+    assert right_after >= max(right_before, 12), (right_before, right_after)
     assert margin_after >= margin_before + 0.1, (margin_before, margin_after)
