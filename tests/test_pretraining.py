@@ -117,6 +117,9 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     evals = [m for m in logged if "eval_loss" in m]
     assert [m["step"] for m in evals] == [3, 6]
     assert evals[0]["eval_masked_tokens"] == evals[1]["eval_masked_tokens"]  # the same masks at every evaluation
+    assert all(m["eval_unigram_loss"] > 0 and abs(m["eval_order_gap"]) < 5 for m in evals)
+    assert f"step 3 evaluation: eval_loss {evals[0]['eval_loss']:.4f}" in proc.stdout + proc.stderr
+    assert "below the unigram baseline" in proc.stdout and "order gap" in proc.stdout
     assert evals[-1]["eval_perplexity"] == pytest.approx(torch.tensor(evals[-1]["eval_loss"]).exp().item())
     assert list(out.glob("pretrain/**/events.out.tfevents.*")) or list(out.glob("**/events.out.tfevents.*"))
     # the model card: YAML metadata and the figures of this run
@@ -124,7 +127,8 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     front = yaml.safe_load(card.split("---")[1])
     assert front["library_name"] == "transformers" and front["pipeline_tag"] == "fill-mask"
     result = front["model-index"][0]["results"][0]["metrics"]
-    assert {m["type"] for m in result} == {"loss", "perplexity"}
+    assert {m["type"] for m in result} == {"loss", "perplexity", "unigram_baseline_loss", "order_gap"}
+    assert f"{evals[-1]['eval_order_gap']:.4f}" in card and "unigram baseline" in card
     assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
     assert "trust_remote_code=True" in card
     assert "Setting\n  `long_input_attention_window`" in card and "configured with" not in card

@@ -44,11 +44,13 @@ def render_model_card(
     extra_tags: tuple[str, ...] = (),
     pictures: dict[str, str] | None = None,
     length_generalization: str | None = None,
+    evaluation_note: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
     values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
     files of the folder to their titles; the card shows them. `length_generalization` (markdown) is the section on
-    inputs longer than the training length, as `training/length_generalization.py` measured it."""
+    inputs longer than the training length, as `training/length_generalization.py` measured it. `evaluation_note`
+    (markdown) follows the metrics: what they mean and what they show."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_id or os.path.basename(os.path.abspath(output_dir))
@@ -77,6 +79,8 @@ def render_model_card(
         eval_results=eval_results or None,
     )
     evaluation = "\n".join(f"- {name}: {value:.4f}" for name, value in metrics.items()) or "Not evaluated."
+    if evaluation_note:
+        evaluation += "\n\n" + evaluation_note
     num_parameters = model.num_parameters()
     values: dict[str, Any] = {
         "model_id": model_id,

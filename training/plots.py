@@ -21,7 +21,7 @@ from sinusoidal_encoder.training.engine import read_metrics
 PICTURES = {
     "encoding_heatmap.png": "The sinusoidal position encoding (positions × dimensions)",
     "encoding_dot_products.png": "PE(p)·PE(p+k) against the offset k",
-    "loss_curves.png": "Training and evaluation loss",
+    "loss_curves.png": "Training and evaluation loss (masked-LM: with the unigram baseline and the order gap)",
 }
 
 
@@ -67,22 +67,50 @@ def plot_dot_products(path: str, dim: int, base: float = 10000.0, max_offset: in
     plt.close(fig)
 
 
-def plot_losses(path: str, metrics: list[dict]) -> bool:
-    """False (and no file) when the log holds no losses."""
-    train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
-    evaluation = [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m]
+def tokens_per_step(metrics: list[dict]) -> float | None:
+    """Tokens of one optimizer step, from the training lines of a metrics log (None when it has none)."""
+    for m in metrics:
+        if m.get("tokens_seen") and m.get("step"):
+            return m["tokens_seen"] / m["step"]
+    return None
+
+
+def plot_losses(path: str, metrics: list[dict], by_tokens: bool = False, title: str | None = None) -> bool:
+    """Training and evaluation loss, with the unigram baseline beside them and, in a second panel, the order gap
+    when the log has them (masked-LM pretraining). Against optimizer steps, or tokens seen with `by_tokens`.
+    False (and no file) when the log holds no losses."""
+    scale = (tokens_per_step(metrics) or 1.0) if by_tokens else 1.0
+
+    def series(key: str) -> list[tuple[float, float]]:
+        return [(m["step"] * scale, m[key]) for m in metrics if key in m]
+
+    train, evaluation, unigram, gap = (
+        series(k) for k in ("train_loss", "eval_loss", "eval_unigram_loss", "eval_order_gap")
+    )
     if not train and not evaluation:
         return False
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axes = plt.subplots(1, 2 if gap else 1, figsize=(12 if gap else 8, 4), squeeze=False)
+    ax = axes[0][0]
     if train:
         ax.plot(*zip(*train, strict=True), label="training loss", linewidth=1.2)
     if evaluation:
         ax.plot(*zip(*evaluation, strict=True), "o-", label="evaluation loss", linewidth=1.2)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss")
+    if unigram:
+        ax.plot(*zip(*unigram, strict=True), "--", color="gray", label="unigram baseline (evaluation)")
+    ax.set_ylabel("loss (nats per masked token)")
+    if gap:
+        right = axes[0][1]
+        right.plot(*zip(*gap, strict=True), "o-", color="tab:red", linewidth=1.2)
+        right.axhline(0.0, color="gray", linewidth=0.8)
+        right.set_ylabel("order gap (nats): shuffled − as written")
+        right.set_title("Use of word order")
+    for axis in axes[0]:
+        axis.set_xlabel("tokens seen" if by_tokens else "optimizer step")
+        axis.grid(alpha=0.3)
     ax.legend()
-    ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -46,6 +46,11 @@ from sinusoidal_encoder.training.engine import (
     perplexity,
     train,
 )
+from sinusoidal_encoder.training.mlm_evaluation import (
+    describe_evaluation,
+    permute_inner_tokens,
+    unigram_log_probs,
+)
 from sinusoidal_encoder.training.model_card import draw_pictures, render_model_card
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
@@ -135,15 +140,32 @@ def build_model(args: argparse.Namespace, tokenizer) -> transformers.PreTrainedM
     return AutoModelForMaskedLM.from_config(config)
 
 
+EVALUATION_NOTE = (
+    "On the validation split, with the same masked tokens ({mlm_probability:.0%}) at every evaluation: `loss` is the "
+    "masked-token cross-entropy (nats per masked token); `unigram_baseline_loss` is the loss of predicting every "
+    "masked token by its frequency in the training split, so a model that learned context is clearly below it; "
+    "`order_gap` is the loss of the same blocks with their tokens shuffled (a fixed permutation per block, masked "
+    "tokens moving with their tokens) minus the loss as written: 0 for a model that ignores word order, positive "
+    "when the model uses it."
+)
+
+
 class MaskedLMTask(TrainingTask):
     """Masked language modelling on packed blocks: loss units are masked tokens."""
 
     name = "pretraining"
 
-    def __init__(self, train_generator: torch.Generator, train_masking: KeyedMaskingCollator, seed: int):
+    def __init__(
+        self,
+        train_generator: torch.Generator,
+        train_masking: KeyedMaskingCollator,
+        seed: int,
+        unigram_log_probs: torch.Tensor,
+    ):
         self.train_generator = train_generator
         self.train_masking = train_masking
         self.seed = seed
+        self.unigram_log_probs = unigram_log_probs  # (V,): log-frequencies of the training split's tokens
 
     def start_epoch(self, epoch: int) -> None:
         self.train_generator.manual_seed(_mix(self.seed, "data", epoch))  # same order on resume, new one per epoch
@@ -171,18 +193,31 @@ class MaskedLMTask(TrainingTask):
     @torch.no_grad()
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
         """Masked-token-weighted loss and perplexity over the whole evaluation split, gathered across processes
-        (without the samples accelerate repeats to even out the last batch)."""
+        (without the samples accelerate repeats to even out the last batch); beside them the unigram baseline on the
+        same masked tokens and the order gap: the loss of the same blocks with their tokens permuted, minus the loss
+        (training/mlm_evaluation.py)."""
         model.eval()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-        count = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+        totals = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, permuted, unigram, count
+        unigram = self.unigram_log_probs.to(accelerator.device)
         for batch in loader:
             sums, counts = self.loss_sums(model, batch)
-            sums, counts = accelerator.gather_for_metrics((sums, counts))
-            loss_sum += sums.double().sum()
-            count += counts.double().sum()
+            permuted_sums, _ = self.loss_sums(model, permute_inner_tokens(batch, self.seed))
+            labels = batch["labels"]  # (B, T)
+            unigram_sums = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum(dim=1)  # (B,)
+            per_example = torch.stack([sums.double(), permuted_sums.double(), unigram_sums, counts.double()], dim=1)
+            totals += accelerator.gather_for_metrics(per_example).sum(dim=0)  # (4,)
         model.train()
-        loss = (loss_sum / count.clamp(min=1)).item()
-        return {"eval_loss": loss, "eval_perplexity": perplexity(loss), "eval_masked_tokens": int(count.item())}
+        loss, permuted, unigram_loss = (totals[:3] / totals[3].clamp(min=1)).tolist()
+        return {
+            "eval_loss": loss,
+            "eval_perplexity": perplexity(loss),
+            "eval_unigram_loss": unigram_loss,
+            "eval_order_gap": permuted - loss,
+            "eval_masked_tokens": int(totals[3].item()),
+        }
+
+    def summary(self, metrics: dict[str, float]) -> str:
+        return describe_evaluation(metrics)
 
 
 def pretrain(
@@ -238,7 +273,8 @@ def pretrain(
         f"{'streamed' if streaming else f'{len(train_set):,}'}",
         tokens_line,
     ]
-    task = MaskedLMTask(train_generator, train_masking, args.seed)
+    unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
+    task = MaskedLMTask(train_generator, train_masking, args.seed, unigram)
     progress, final_eval = train(
         accelerator, args, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
@@ -283,7 +319,15 @@ def export(args, accelerator: Accelerator, model, tokenizer, progress: TrainingP
             pipeline_tag="fill-mask",
             training_data=data,
             training_procedure=procedure,
-            metrics={"loss": final_eval["eval_loss"], "perplexity": final_eval["eval_perplexity"]},
+            metrics={
+                "loss": final_eval["eval_loss"],
+                "perplexity": final_eval["eval_perplexity"],
+                "unigram_baseline_loss": final_eval["eval_unigram_loss"],
+                "order_gap": final_eval["eval_order_gap"],
+            },
+            evaluation_note=EVALUATION_NOTE.format(mlm_probability=args.mlm_probability)
+            + " In short: "
+            + describe_evaluation(final_eval),
             dataset_id=args.dataset_name,
             model_id=args.hub_model_id,
             usage_example=(

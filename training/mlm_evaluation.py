@@ -1,0 +1,81 @@
+"""How to read a masked-LM evaluation: is the model better than token frequencies, and does it use word order?
+
+- The **unigram baseline** scores each masked token by its frequency in the training split (add-one smoothed over
+  the tokens that can be masked). A model whose eval loss is not clearly below it has learned no context.
+- The **order gap** scores every validation block twice: as written, and with its inner tokens (all but the leading
+  [CLS]) permuted by a permutation fixed per block, the masked tokens moving with their tokens (the same tokens are
+  masked, the same count). A model without position information is permutation-equivariant, so its gap is 0; a
+  positive gap (nats per masked token) is how much the model relies on order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import datasets
+import numpy as np
+import torch
+
+from .data import _mix
+
+# the first blocks of a streamed training split that the unigram counts read
+STREAMING_UNIGRAM_BLOCKS = 20_000
+# how the log reads an evaluation: nats below the unigram baseline for "context learned", order gap for "uses order"
+CONTEXT_MARGIN = 0.5
+ORDER_GAP_USED = 0.1
+
+
+def unigram_log_probs(
+    train: datasets.Dataset | datasets.IterableDataset, vocab_size: int, special_ids: Iterable[int]
+) -> torch.Tensor:
+    """(V,) float64 log-frequencies of the token ids of a packed training split, add-one smoothed over the ids that
+    can be masked; special tokens (never masked) get -inf. A streamed split is counted over its first blocks."""
+    counts = np.zeros(vocab_size, dtype=np.float64)
+    if isinstance(train, datasets.IterableDataset):
+        for index, example in enumerate(train):
+            if index == STREAMING_UNIGRAM_BLOCKS:
+                break
+            counts += np.bincount(np.asarray(example["input_ids"]), minlength=vocab_size)[:vocab_size]
+    else:
+        for batch in train.with_format("numpy").iter(batch_size=4096):
+            ids = np.asarray(batch["input_ids"]).ravel()
+            counts += np.bincount(ids, minlength=vocab_size)[:vocab_size]
+    counts += 1.0
+    special = [i for i in special_ids if 0 <= i < vocab_size]
+    counts[special] = 0.0
+    with np.errstate(divide="ignore"):
+        return torch.from_numpy(np.log(counts / counts.sum()))
+
+
+def permute_inner_tokens(batch: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
+    """The batch with each block's tokens 1..T-1 permuted (position 0, [CLS], stays), labels moved with their tokens.
+    The permutation of a block is keyed by (seed, its `example_id`): the same at every evaluation and on every
+    process."""
+    input_ids, labels = batch["input_ids"], batch["labels"]  # (B, T), (B, T)
+    seq_len = input_ids.shape[1]
+    orders = []
+    for example_id in batch["example_id"].tolist():
+        generator = torch.Generator().manual_seed(_mix(seed, "order", example_id))
+        inner = torch.randperm(seq_len - 1, generator=generator) + 1  # (T-1,)
+        orders.append(torch.cat([torch.zeros(1, dtype=torch.long), inner]))
+    index = torch.stack(orders).to(input_ids.device)  # (B, T): source position of each new position
+    return {
+        **batch,
+        "input_ids": input_ids.gather(1, index),
+        "labels": labels.gather(1, index),
+    }
+
+
+def describe_evaluation(metrics: dict[str, float]) -> str:
+    """One sentence on what an evaluation shows: context learned (loss against the unigram baseline), order used."""
+    below = metrics["eval_unigram_loss"] - metrics["eval_loss"]
+    gap = metrics["eval_order_gap"]
+    context = (
+        f"eval loss {metrics['eval_loss']:.3f} is {below:.3f} nats below the unigram baseline "
+        f"{metrics['eval_unigram_loss']:.3f}: "
+        + ("the model has learned context" if below >= CONTEXT_MARGIN else "little context learned yet")
+    )
+    order = f"order gap {gap:+.3f} nats: " + (
+        "the model uses word order" if gap >= ORDER_GAP_USED else "the model (almost) ignores word order"
+    )
+    return f"{context}; {order}."
