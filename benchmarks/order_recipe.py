@@ -54,6 +54,12 @@ ARMS: dict[str, dict] = {
     "v1k_preln": {"vocab": 1024, "flags": {"--learning_rate": "1e-3"}, "overrides": PRE_LN},
     "v4k_postln": {"vocab": 4096, "flags": {"--learning_rate": "1e-3"}, "overrides": NO_DROPOUT},
     "v4k_preln_lr2e-3": {"vocab": 4096, "flags": {"--learning_rate": "2e-3"}, "overrides": PRE_LN},
+    "v4k_preln_lr3e-3": {"vocab": 4096, "flags": {"--learning_rate": "3e-3"}, "overrides": PRE_LN},
+    "v4k_preln_lr3e-3_bf16": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "3e-3", "--mixed_precision": "bf16"},
+        "overrides": PRE_LN,
+    },
     "v4k_preln_mask30": {
         "vocab": 4096,
         "flags": {"--learning_rate": "1e-3", "--mlm_probability": "0.3"},
@@ -62,6 +68,25 @@ ARMS: dict[str, dict] = {
     "v4k_preln_batch16": {
         "vocab": 4096,
         "flags": {"--learning_rate": "1e-3", "--per_device_train_batch_size": "16", "--max_train_steps": "600"},
+        "overrides": PRE_LN,
+    },
+    "v4k_preln_batch8_lr2e-3": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "2e-3", "--per_device_train_batch_size": "8", "--max_train_steps": "1200"},
+        "overrides": PRE_LN,
+    },
+    "v4k_preln_lr2e-3_len32": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "2e-3", "--seq_length_schedule": "32:150"},
+        "overrides": PRE_LN,
+    },
+    "v4k_preln_lr2e-3_len16-64": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "2e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
+        "overrides": PRE_LN,
+    },
+    "v16k_preln_lr2e-3_len16-64": {
+        "flags": {"--learning_rate": "2e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
         "overrides": PRE_LN,
     },
     "v4k_preln_seq64": {

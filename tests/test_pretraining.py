@@ -144,11 +144,14 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
 
 
 def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
-    """SIGKILL a run (gradient accumulation, dropout, several epochs) after a checkpoint; resuming with
-    `--resume_from_checkpoint latest` ends with exactly the weights of the uninterrupted run."""
+    """SIGKILL a run (gradient accumulation, dropout, several epochs, a sequence-length warmup whose second phase
+    the kill interrupts) after a checkpoint; resuming with `--resume_from_checkpoint latest` ends with exactly the
+    weights of the uninterrupted run."""
     common = (
         "--max_train_steps",
         "40",
+        "--seq_length_schedule",
+        "8:6,16:15",
         "--gradient_accumulation_steps",
         "2",
         "--checkpointing_steps",

@@ -313,6 +313,9 @@ class TrainingTask:
     def start_epoch(self, epoch: int) -> None:
         """Called before the batches of each epoch are drawn (seed the data order, the masks)."""
 
+    def begin_step(self, step: int) -> None:
+        """Called before the micro-batches of optimizer step `step` (0-based) are computed."""
+
     def summary(self, metrics: dict[str, float]) -> str | None:
         """A sentence on what an evaluation shows, printed after it (None: the figures speak for themselves)."""
         return None
@@ -412,6 +415,7 @@ def train(
             window = list(islice(batches, args.gradient_accumulation_steps))
             if len(window) < args.gradient_accumulation_steps:  # end of the epoch: a partial window is not a step
                 break
+            task.begin_step(progress.completed_steps)
             local = torch.stack(
                 [sum(task.loss_units(b) for b in window).double(), sum(task.tokens(b) for b in window).double()]
             ).to(device)

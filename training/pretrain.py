@@ -83,14 +83,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     group.add_argument("--max_seq_length", type=int, default=128, help="Tokens per packed training block.")
     group.add_argument("--mlm_probability", type=float, default=0.15, help="Share of tokens masked for prediction.")
+    group.add_argument(
+        "--seq_length_schedule",
+        default=None,
+        help="Sequence-length warmup, as 'LENGTH:STEP,...' (e.g. '32:200,64:400'): train on blocks cut into "
+        "sequences of LENGTH tokens until optimizer step STEP, then at the next length, and at --max_seq_length "
+        "after the last STEP. Each LENGTH divides --max_seq_length; the tokens, masks and loss of a step are those "
+        "of the full blocks. Evaluation is always at --max_seq_length. Attention learns position much sooner on "
+        "short sequences (see README).",
+    )
     add_training_arguments(parser)
     args = parser.parse_args(argv)
     check_training_arguments(args)
     if args.streaming and args.max_train_steps is None:
         raise ValueError("--streaming needs --max_train_steps (a stream has no known length).")
+    args.seq_length_schedule = parse_length_schedule(args.seq_length_schedule, args.max_seq_length)
     if args.model_name_or_path and args.config_overrides:
         raise ValueError("--config_overrides applies to new models, not to --model_name_or_path.")
     return args
+
+
+def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[int, int], ...]:
+    """'32:200,64:400' -> ((32, 200), (64, 400)), checked: lengths rising and dividing max_seq_length, steps rising."""
+    if not text:
+        return ()
+    schedule = []
+    for item in text.split(","):
+        try:
+            length, step = (int(part) for part in item.split(":"))
+        except ValueError:
+            raise ValueError(f"--seq_length_schedule: {item!r} is not LENGTH:STEP (two integers).") from None
+        if length < 2 or max_seq_length % length or length >= max_seq_length:
+            raise ValueError(
+                f"--seq_length_schedule: length {length} must divide --max_seq_length {max_seq_length} and be "
+                "shorter than it."
+            )
+        if step <= 0 or (schedule and (length <= schedule[-1][0] or step <= schedule[-1][1])):
+            raise ValueError(f"--seq_length_schedule: {text!r} needs rising lengths and rising positive steps.")
+        schedule.append((length, step))
+    return tuple(schedule)
 
 
 def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None) -> None:
@@ -161,11 +192,17 @@ class MaskedLMTask(TrainingTask):
         train_masking: KeyedMaskingCollator,
         seed: int,
         unigram_log_probs: torch.Tensor,
+        length_schedule: tuple[tuple[int, int], ...] = (),
     ):
         self.train_generator = train_generator
         self.train_masking = train_masking
         self.seed = seed
         self.unigram_log_probs = unigram_log_probs  # (V,): log-frequencies of the training split's tokens
+        self.length_schedule = length_schedule  # ((length, until step), ...): sequence-length warmup
+        self.train_length: int | None = None  # the sequence length of the current step (None: the blocks' own)
+
+    def begin_step(self, step: int) -> None:
+        self.train_length = next((length for length, until in self.length_schedule if step < until), None)
 
     def start_epoch(self, epoch: int) -> None:
         self.train_generator.manual_seed(_mix(self.seed, "data", epoch))  # same order on resume, new one per epoch
@@ -179,15 +216,18 @@ class MaskedLMTask(TrainingTask):
         with `sparse_prediction`, so the vocabulary projection is computed at masked positions only; other masked-LM
         models (a BERT baseline) return logits at every position, of which the masked ones are kept."""
         labels = batch["labels"]  # (B, T)
-        logits = model(
-            input_ids=batch["input_ids"], labels=labels
-        ).logits  # (N, V): masked positions, row-major; or (B, T, V)
+        input_ids = batch["input_ids"]
+        if model.training and self.train_length is not None:  # sequence-length warmup: each block as shorter rows
+            input_ids = input_ids.reshape(-1, self.train_length)  # (B * T / L, L)
+            labels = labels.reshape(-1, self.train_length)  # (B * T / L, L)
+        logits = model(input_ids=input_ids, labels=labels).logits  # (N, V): masked positions, row-major; or (B, T, V)
         keep = labels != -100
         if logits.dim() == 3:
             logits = logits[keep]  # (N, V)
         losses = F.cross_entropy(logits.float(), labels[keep], reduction="none")  # (N,)
-        rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position
-        sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
+        keep = keep.reshape(batch["labels"].shape)  # (B, T): back to whole blocks
+        rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position (row-major order is unchanged)
+        sums = torch.zeros(keep.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
         return sums, keep.sum(dim=1)  # (B,), (B,)
 
     @torch.no_grad()
@@ -274,7 +314,7 @@ def pretrain(
         tokens_line,
     ]
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
-    task = MaskedLMTask(train_generator, train_masking, args.seed, unigram)
+    task = MaskedLMTask(train_generator, train_masking, args.seed, unigram, args.seq_length_schedule)
     progress, final_eval = train(
         accelerator, args, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
