@@ -89,6 +89,52 @@ ARMS: dict[str, dict] = {
         "flags": {"--learning_rate": "2e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
         "overrides": PRE_LN,
     },
+    "v4k_preln_lr2e-3_len16-64_bf16": {
+        "vocab": 4096,
+        "flags": {
+            "--learning_rate": "2e-3",
+            "--seq_length_schedule": "16:75,32:150,64:225",
+            "--mixed_precision": "bf16",
+        },
+        "overrides": PRE_LN,
+    },
+    "v2k_preln_lr2e-3_len16-64": {
+        "vocab": 2048,
+        "flags": {"--learning_rate": "2e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
+        "overrides": PRE_LN,
+    },
+    "v4k_postln_lr1e-3_len16-64": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "1e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
+        "overrides": NO_DROPOUT,
+    },
+    "v4k_preln_lr3e-3_len16-64": {
+        "vocab": 4096,
+        "flags": {"--learning_rate": "3e-3", "--seq_length_schedule": "16:75,32:150,64:225"},
+        "overrides": PRE_LN,
+    },
+    # the main job's candidates: 600 steps, lengths 16, 32, 64 for 150 steps each, bf16
+    "main_v4k": {
+        "vocab": 4096,
+        "flags": {
+            "--learning_rate": "2e-3",
+            "--num_warmup_steps": "100",
+            "--seq_length_schedule": "16:150,32:300,64:450",
+            "--mixed_precision": "bf16",
+            "--max_train_steps": "600",
+        },
+        "overrides": PRE_LN,
+    },
+    "main_v16k": {
+        "flags": {
+            "--learning_rate": "2e-3",
+            "--num_warmup_steps": "100",
+            "--seq_length_schedule": "16:150,32:300,64:450",
+            "--mixed_precision": "bf16",
+            "--max_train_steps": "600",
+        },
+        "overrides": PRE_LN,
+    },
     "v4k_preln_seq64": {
         "vocab": 4096,
         "flags": {"--learning_rate": "1e-3", "--max_seq_length": "64", "--per_device_train_batch_size": "64"},
