@@ -10,7 +10,12 @@ from conftest import VOCAB_SIZE, random_ids, tiny_config
 from torch.nn import functional as F
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder.training.pretrain import MaskedLMTask, parse_args, parse_length_schedule
+from sinusoidal_encoder.training.pretrain import (
+    MaskedLMTask,
+    describe_length_schedule,
+    parse_args,
+    parse_length_schedule,
+)
 
 
 def test_schedule_is_parsed_and_checked():
@@ -27,6 +32,10 @@ def test_schedule_is_parsed_and_checked():
     ]:
         with pytest.raises(ValueError, match=message):
             parse_length_schedule(bad, 128)
+    assert describe_length_schedule(()) == ""
+    assert "rows of 16 tokens until step 150, of 32 tokens until step 300" in describe_length_schedule(
+        ((16, 150), (32, 300))
+    )
     with pytest.raises(ValueError, match="--seq_length_schedule"):
         parse_args(["--output_dir", "x", "--max_seq_length", "64", "--seq_length_schedule", "48:10"])
 

@@ -124,6 +124,14 @@ def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[
     return tuple(schedule)
 
 
+def describe_length_schedule(schedule: tuple[tuple[int, int], ...]) -> str:
+    """How the model card states a sequence-length warmup (an empty string without one)."""
+    if not schedule:
+        return ""
+    phases = ", ".join(f"of {length} tokens until step {step}" for length, step in schedule)
+    return f" (sequence-length warmup: each block cut into rows {phases}; whole blocks after)"
+
+
 def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None) -> None:
     """'a=1,b=x' onto the config, each value parsed as the type of the field it replaces."""
     if not overrides:
@@ -345,7 +353,8 @@ def export(args, accelerator: Accelerator, model, tokenizer, progress: TrainingP
         global_batch = args.per_device_train_batch_size * accelerator.num_processes * args.gradient_accumulation_steps
         procedure = (
             f"Masked language modelling ({args.mlm_probability:.0%} of tokens; 80% [MASK], 10% random, 10% kept) on "
-            f"packed blocks of {args.max_seq_length} tokens; {progress.completed_steps:,} optimizer steps, "
+            f"packed blocks of {args.max_seq_length} tokens{describe_length_schedule(args.seq_length_schedule)}; "
+            f"{progress.completed_steps:,} optimizer steps, "
             f"{progress.tokens_seen:,} tokens seen; AdamW (lr {args.learning_rate:g}, betas {args.adam_beta1}/"
             f"{args.adam_beta2}, weight decay {args.weight_decay} on matrices), {args.lr_scheduler_type} schedule "
             f"after warmup, gradient clipping at {args.max_grad_norm}, global batch {global_batch} sequences, "
