@@ -84,7 +84,17 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     out = tmp_path / "out"
     proc = run(
         pretrain_cmd(
-            corpus, out, "--max_train_steps", "6", "--eval_steps", "3", "--with_tracking", "--report_to", "tensorboard"
+            corpus,
+            out,
+            "--max_train_steps",
+            "6",
+            "--eval_steps",
+            "3",
+            "--with_tracking",
+            "--report_to",
+            "tensorboard",
+            "--seq_length_schedule",
+            "16:2",  # a parsed flag the trackers must take too
         )
     )
     assert "***** Running training *****" in proc.stdout
@@ -131,6 +141,7 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     assert f"{evals[-1]['eval_order_gap']:.4f}" in card and "unigram baseline" in card
     assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
     assert "trust_remote_code=True" in card
+    assert "sequence-length warmup: each block cut into rows of 16 tokens until step 2" in card
     assert "Setting\n  `long_input_attention_window`" in card and "configured with" not in card
     # loads with AutoModel in a fresh process, and fills masks
     script = (

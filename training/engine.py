@@ -370,7 +370,11 @@ def train(
     elif args.resume_from_checkpoint == "latest":
         accelerator.print(f"No checkpoint in {args.output_dir}/checkpoints yet: starting from scratch")
     if args.with_tracking:
-        accelerator.init_trackers(task.name, config={k: v for k, v in vars(args).items() if v is not None})
+        # trackers take scalars and strings (tensorboard's hparams rejects anything else): parsed values as text
+        config = {
+            k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in vars(args).items() if v is not None
+        }
+        accelerator.init_trackers(task.name, config=config)
     metrics_log = MetricsLog(
         accelerator, args.output_dir, progress.completed_steps if checkpoint else None, args.with_tracking
     )
