@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set everything up, pretrain the "small" sinusoidal encoder on the built-in offline corpus with the shipped
-# tokenizer (about 10 minutes on 2 CPU cores, setup included), then load the result with AutoModelForMaskedLM and
+# tokenizer (about 11 minutes on 2 CPU cores, setup included), then load the result with AutoModelForMaskedLM and
 # print fill-mask predictions. Ends in outputs/small-builtin, a Hub-ready folder. Killed or interrupted, the same
 # command resumes from the newest checkpoint. Extra arguments go to training/pretrain.py (they override the defaults below).
 #
@@ -28,9 +28,9 @@ PY
   --per_device_train_batch_size 32 \
   --learning_rate 2e-3 \
   --num_warmup_steps 100 \
-  --max_train_steps 600 \
+  --max_train_steps 1000 \
   --mixed_precision "$precision" \
-  --eval_steps 150 \
+  --eval_steps 250 \
   --checkpointing_steps 50 \
   --checkpoints_total_limit 2 \
   --logging_steps 20 \
