@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -63,3 +66,50 @@ def write_text_corpus(folder: Path, n_train: int = 40, n_validation: int = 12) -
     train.write_text("\n".join(docs[:n_train]) + "\n")
     validation.write_text("\n".join(docs[n_train : n_train + n_validation]) + "\n")
     return train, validation
+
+
+PRETRAIN = str(REPO / "training" / "pretrain.py")
+TINY = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64"
+
+
+def pretrain_cmd(corpus, output_dir, *extra, launcher=()):
+    """training/pretrain.py on a (train, validation) pair of files with the tiny model; `extra` flags come last, so
+    they override these."""
+    train, validation = corpus
+    return [
+        *(launcher or [sys.executable]),
+        PRETRAIN,
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        "--config_name",
+        "tiny",
+        "--config_overrides",
+        TINY,
+        "--max_seq_length",
+        "32",
+        "--per_device_train_batch_size",
+        "8",
+        "--per_device_eval_batch_size",
+        "16",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
+
+
+def env(**extra):
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
+
+
+def run(cmd, **extra_env):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env(**extra_env))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def metrics(output_dir):
+    return [json.loads(line) for line in (Path(output_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -3,19 +3,15 @@ trained where order decides the answer) and the unigram baseline (checked agains
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import datasets
 import pytest
 import torch
 from accelerate import Accelerator
-from conftest import REPO, VOCAB_SIZE, random_ids, tiny_config
+from conftest import VOCAB_SIZE, metrics, pretrain_cmd, random_ids, run, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.training.mlm_evaluation import permute_inner_tokens, unigram_log_probs
@@ -108,40 +104,20 @@ def counting_corpus(folder: Path, documents: int, seed: int) -> Path:
 
 @pytest.mark.slow
 def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path):
-    train, validation = counting_corpus(tmp_path, 60, seed=0), counting_corpus(tmp_path, 6, seed=1)
+    corpus = counting_corpus(tmp_path, 60, seed=0), counting_corpus(tmp_path, 6, seed=1)
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        str(REPO / "training" / "pretrain.py"),
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(validation),
-        "--config_name",
-        "tiny",
-        "--config_overrides",
-        "norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0",
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "16",
-        "--learning_rate",
-        "3e-3",
-        "--lr_scheduler_type",
-        "constant_with_warmup",
-        "--max_train_steps",
-        "300",
-        "--num_warmup_steps",
-        "10",
-        "--eval_steps",
-        "100",
-        "--output_dir",
-        str(out),
-    ]
-    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **env})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "eval_loss" in line]
+    flags = {
+        "--config_overrides": "norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0",  # preset tiny
+        "--per_device_train_batch_size": "16",
+        "--learning_rate": "3e-3",
+        "--lr_scheduler_type": "constant_with_warmup",
+        "--max_train_steps": "300",
+        "--num_warmup_steps": "10",
+        "--eval_steps": "100",
+        "--logging_steps": "20",
+    }
+    proc = run(pretrain_cmd(corpus, out, *[part for item in flags.items() for part in item]))
+    evals = [m for m in metrics(out) if "eval_loss" in m]
     final = evals[-1]
     # eleven tokens (" seven" is two), about equally frequent: the loss of a bag of words is about log 10; order
     # takes it far below, and shuffled blocks lose what order gave

@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REPO, write_text_corpus
+from conftest import TINY, env, metrics, pretrain_cmd, run, write_text_corpus
 from safetensors.torch import load_file
 
-PRETRAIN = str(REPO / "training" / "pretrain.py")
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
-TINY = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64"
 
 
 @pytest.fixture(scope="module")
@@ -33,47 +31,6 @@ def small_corpus(tmp_path_factory):
     train, validation = write_text_corpus(tmp_path_factory.mktemp("small"), n_train=25, n_validation=6)
     train.write_text("\n".join(line[:1500] for line in train.read_text().splitlines()[:8]) + "\n")
     return train, validation
-
-
-def pretrain_cmd(corpus, output_dir, *extra, launcher=()):
-    train, validation = corpus
-    return [
-        *(launcher or [sys.executable]),
-        PRETRAIN,
-        "--train_file",
-        str(train),
-        "--validation_file",
-        str(validation),
-        "--config_name",
-        "tiny",
-        "--config_overrides",
-        TINY,
-        "--max_seq_length",
-        "32",
-        "--per_device_train_batch_size",
-        "8",
-        "--per_device_eval_batch_size",
-        "16",
-        "--logging_steps",
-        "1",
-        "--output_dir",
-        str(output_dir),
-        *extra,
-    ]
-
-
-def env(**extra):
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
-
-
-def run(cmd, **extra_env):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env(**extra_env))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
-
-
-def metrics(output_dir):
-    return [json.loads(line) for line in (Path(output_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
 def weights(output_dir):
