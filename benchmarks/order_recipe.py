@@ -145,6 +145,18 @@ ARMS: dict[str, dict] = {
         },
         "overrides": PRE_LN,
     },
+    # the shipped recipe with the position encoding switched off: how much of the result is word order
+    "main_v16k_1000_no_position": {
+        "no_position": True,
+        "flags": {
+            "--learning_rate": "2e-3",
+            "--num_warmup_steps": "100",
+            "--seq_length_schedule": "16:150,32:300,64:450",
+            "--mixed_precision": "bf16",
+            "--max_train_steps": "1000",
+        },
+        "overrides": PRE_LN,
+    },
     "v4k_preln_seq64": {
         "vocab": 4096,
         "flags": {"--learning_rate": "1e-3", "--max_seq_length": "64", "--per_device_train_batch_size": "64"},
@@ -184,7 +196,10 @@ def run_arm(name: str, args: argparse.Namespace) -> dict:
         return json.loads(done.read_text())
     settings = arm_settings(name, args.steps_scale)
     tokenizer = ensure_tokenizer(args.output_dir, settings["vocab"])
-    argv = [sys.executable, str(PRETRAIN), "--tokenizer_name", str(tokenizer)]
+    if ARMS[name].get("no_position"):  # pretrain.py through this file, with the encoding switched off
+        argv = [sys.executable, __file__, "--pretrain_without_positions", "--tokenizer_name", str(tokenizer)]
+    else:
+        argv = [sys.executable, str(PRETRAIN), "--tokenizer_name", str(tokenizer)]
     for flag, value in settings["flags"].items():
         argv += [flag, value]
     if settings["overrides"]:
@@ -299,7 +314,23 @@ def write_report(output_dir: Path, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def pretrain_without_positions(argv: list[str]) -> None:
+    """training/pretrain.py's main with the position encoding of the model switched off (the ablation of
+    training/length_generalization.py); the exported folder does not carry the switch, the metrics are what count."""
+    from sinusoidal_encoder.training import length_generalization, pretrain
+
+    args = pretrain.parse_args(argv)
+    accelerator, model, tokenizer, progress, final = pretrain.pretrain(
+        args, length_generalization.builder("no_position", args)
+    )
+    pretrain.export(args, accelerator, model, tokenizer, progress, final)
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--pretrain_without_positions"]:
+        pretrain_without_positions(argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="Arms to run, in order.")
     parser.add_argument("--jobs", type=int, default=2, help="Arms run at the same time.")
