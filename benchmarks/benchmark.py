@@ -2,7 +2,7 @@
 
     python benchmarks/benchmark.py                      # "small" dimensions, writes benchmarks/results-small.md
     python benchmarks/benchmark.py --size base          # BERT-base dimensions
-    python benchmarks/benchmark.py --compile            # adds our torch.compile path
+    python benchmarks/benchmark.py --compile            # adds torch.compile rows (training: both models compiled)
 
 Every row is a median over interleaved repetitions (ours, BERT, ours, BERT, ...) on this machine, with the ratio ours
 / BERT. Each model runs in a worker process of its own (its own allocator heap, as in a user's program); the parent
@@ -159,12 +159,16 @@ def workload_fn(which: str, workload: str, size: str) -> Callable[[], None]:
     """The timed call of one row: the same seeded weights and inputs in every process."""
     torch.manual_seed(0)
     ours_config, bert_config = configs(size)
-    if workload == "train":
+    if workload in ("train", "train_compiled"):
         ids, labels = mlm_batch(16, 128)
         if which == "ours":
             ours_config.sparse_prediction = True  # the vocabulary projection at masked positions only
-            return train_step_fn(se.SinusoidalEncoderForMaskedLM(ours_config), ids, labels)
-        return train_step_fn(BertForMaskedLM(bert_config), ids, labels)
+            model = se.SinusoidalEncoderForMaskedLM(ours_config)
+        else:
+            model = BertForMaskedLM(bert_config)
+        if workload == "train_compiled":  # what --torch_compile does in the training scripts (inductor)
+            model = torch.compile(model, dynamic=True)
+        return train_step_fn(model, ids, labels)
     if workload == "relu":  # the paper's FFN, our default: what ships, not a like-for-like size
         ours_config.hidden_act = "relu"
     model = se.SinusoidalEncoderModel(ours_config) if which == "ours" else BertModel(bert_config)
@@ -324,7 +328,7 @@ def main() -> None:
     # 1. MLM training step: forward, backward, AdamW; ours projects to the vocabulary at masked positions only
     t_ours, t_bert = interleaved(args.size, "train", "train", args.repeats)
     ids, labels = mlm_batch(16, 128)
-    tokens = ids.numel()
+    tokens = tokens_train = ids.numel()
     rows.append(row("MLM training step, 16 × 128 (tokens/s)", tokens / t_ours, tokens / t_bert, "tokens/s"))
     train_tokens_per_second = tokens / t_ours
     masked = int((labels != -100).sum())
@@ -361,8 +365,19 @@ def main() -> None:
         )
     )
 
-    # 4. optional torch.compile of ours (eager BERT as the reference)
+    # 4. optional torch.compile: training (ours compiled against BERT compiled and against BERT eager, as
+    # --torch_compile trains), and inference of ours (eager BERT as the reference)
     if args.compile:
+        for bert_workload, name in (("train_compiled", "BERT compiled"), ("train", "BERT eager")):
+            t_ours, t_bert = interleaved(args.size, "train_compiled", bert_workload, args.repeats, warmup=3)
+            rows.append(
+                row(
+                    f"MLM training step, 16 × 128, ours compiled against {name} (tokens/s)",
+                    tokens_train / t_ours,
+                    tokens_train / t_bert,
+                    "tokens/s",
+                )
+            )
         t_compiled, t_bert = interleaved(args.size, "compiled", "dense", args.repeats, warmup=3)
         rows.append(
             row(

@@ -41,9 +41,9 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         hidden_act (`str`, defaults to `"relu"`): activation of the feed-forward block and of the task heads.
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on the embedding sum and on each sub-layer output.
         attention_probs_dropout_prob (`float`, defaults to 0.1): dropout on the attention probabilities.
-        max_position_embeddings (`int`, defaults to 512): the sequence length the model was trained at. Tokenizers
-            read it as `model_max_length`. It is **not** a cap: the encoding is defined for every position and the
-            model runs on longer inputs.
+        max_position_embeddings (`int`, defaults to 512): the sequence length the model was trained at. It is
+            **not** a cap: the encoding is defined for every position and the model runs on longer inputs (the
+            exported tokenizer has no `model_max_length` for that reason; sentence-transformers truncates here).
         initializer_range (`float`, defaults to 0.02): standard deviation of the normal weight initialisation.
         layer_norm_eps (`float`, defaults to 1e-12): epsilon of every LayerNorm.
         pad_token_id (`int`, defaults to 0): the padding token (its embedding row starts at zero).

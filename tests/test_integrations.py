@@ -155,8 +155,9 @@ def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
     model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
     model.save_pretrained(tmp_path)
     save_tokenizer(tokenizer, str(tmp_path))
-    write_sentence_transformers_files(str(tmp_path), model.config.hidden_size, 64)
+    write_sentence_transformers_files(str(tmp_path), model.config)
     encoder = sentence_transformers.SentenceTransformer(str(tmp_path), device="cpu")
+    assert encoder.max_seq_length == model.config.max_position_embeddings == 64  # truncates at the trained length
     sentences = ["The function returns a list.", "Open the file for reading, then close it again."]
     embeddings = encoder.encode(sentences, convert_to_tensor=True)
     assert embeddings.shape == (2, model.config.hidden_size)
@@ -179,7 +180,7 @@ def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path,
     model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
     model.save_pretrained(tmp_path)
     save_tokenizer(tokenizer, str(tmp_path))
-    write_sentence_transformers_files(str(tmp_path), model.config.hidden_size, 64)
+    write_sentence_transformers_files(str(tmp_path), model.config)
     scores = similarity_check.main([str(tmp_path)])
     assert len(scores) == len(similarity_check.ALL_TRIPLES) == 16
     anchor, paraphrase, unrelated = similarity_check.TRIPLES[0]

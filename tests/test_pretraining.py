@@ -75,7 +75,8 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     assert config["max_position_embeddings"] == 32 and config["sparse_prediction"] is False
     assert config["hidden_size"] == 32 and "AutoModelForMaskedLM" in config["auto_map"]
     tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
-    assert tokenizer_config["model_max_length"] == 32
+    assert "model_max_length" not in tokenizer_config  # no cap: the training length is max_position_embeddings
+    assert json.loads((out / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
     assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4.x knows too
     logged = metrics(out)
     train_steps = [m["step"] for m in logged if "train_loss" in m]

@@ -31,7 +31,7 @@ def exported_folder(folder, tokenizer, hidden_size: int = 32) -> str:
     )
     se.SinusoidalEncoderModel(config).save_pretrained(folder)
     save_tokenizer(tokenizer, str(folder))
-    write_sentence_transformers_files(str(folder), hidden_size, 128)
+    write_sentence_transformers_files(str(folder), config)
     return str(folder)
 
 

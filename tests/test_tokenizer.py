@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, SHIPPED_TOKENIZER, write_text_corpus
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, tokenization_utils_base
+from transformers.testing_utils import CaptureLogger
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 TEXTS = {
     "ascii": "The sinusoidal encoding is added to the token embeddings.",
@@ -28,7 +31,8 @@ def test_shipped_tokenizer_loads_with_auto_tokenizer(tokenizer):
         assert getattr(tokenizer, name) is not None, name
         assert getattr(tokenizer, f"{name}_id") is not None, name
     assert len(tokenizer) == 16384
-    assert tokenizer.model_max_length == 512
+    assert tokenizer.model_max_length == VERY_LARGE_INTEGER  # the model has no length cap
+    assert "model_max_length" not in json.loads((SHIPPED_TOKENIZER / "tokenizer_config.json").read_text())
     assert tokenizer.model_input_names == ["input_ids", "attention_mask"]
     encoded = tokenizer("a b")
     assert encoded["input_ids"][0] == tokenizer.cls_token_id and encoded["input_ids"][-1] == tokenizer.sep_token_id
@@ -46,6 +50,20 @@ def test_no_text_is_rejected_or_lost(tokenizer, name):
     assert tokenizer.unk_token_id not in ids
     assert tokenizer.decode(ids, skip_special_tokens=True) == text
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+
+
+@pytest.mark.parametrize("cap", [None, 128])
+def test_long_inputs_raise_no_length_warning(tokenizer, cap):
+    """Issue 16, item 7: 'Token indices sequence length is longer than the specified maximum sequence length for this
+    model (138 > 128)' was false for a model without a length cap, and is no longer printed (a capped copy, as the
+    shipped tokenizer was, shows the check can see it)."""
+    if cap is not None:
+        tokenizer = copy.deepcopy(tokenizer)
+        tokenizer.model_max_length = cap
+    with CaptureLogger(tokenization_utils_base.logger) as captured:
+        ids = tokenizer(" word" * 700)["input_ids"]
+    assert len(ids) > 700
+    assert ("longer than the specified maximum" in captured.out) == (cap is not None)
 
 
 def test_a_one_megabyte_line_round_trips(tokenizer):

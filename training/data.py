@@ -17,9 +17,10 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from .corpus import load_builtin_corpus
+from .resources import resource_path
 
 LOCAL_FORMATS = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-SHIPPED_TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tokenizer_config")
+SHIPPED_TOKENIZER = resource_path("tokenizer_config")
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 CHECKPOINT_PATTERN = re.compile(r"^step_(\d+)$")
 METRICS_FILE = "metrics.jsonl"
@@ -63,6 +64,23 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Autocast precision (float32 master weights). Default: what `accelerate launch` or its config says, "
         "else 'no'. bf16 also runs on CPUs with bf16 instructions (AVX512-BF16, AMX), where it is faster.",
+    )
+    group.add_argument(
+        "--torch_compile",
+        action="store_true",
+        help="Train and evaluate the model under torch.compile (through accelerate, dynamic shapes). Checkpoints and "
+        "the exported folder hold the plain model's weights: a compiled run resumes an eager one and vice versa.",
+    )
+    group.add_argument(
+        "--torch_compile_backend",
+        default="inductor",
+        help="The torch.compile backend of --torch_compile ('inductor', 'aot_eager', ...).",
+    )
+    group.add_argument(
+        "--torch_compile_mode",
+        default=None,
+        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+        help="The torch.compile mode of --torch_compile (default: torch's).",
     )
 
     group = parser.add_argument_group("output, evaluation, checkpoints")
@@ -261,8 +279,13 @@ def push_folder_to_hub(folder: str, repo_id: str, private: bool = False, api=Non
 def make_accelerator(args: argparse.Namespace) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
-    from accelerate.utils import GradientAccumulationPlugin, set_seed
+    from accelerate.utils import GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
 
+    compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
+    if args.torch_compile:
+        compile_plugin = TorchDynamoPlugin(
+            backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True
+        )
     accelerator = Accelerator(
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
@@ -270,6 +293,7 @@ def make_accelerator(args: argparse.Namespace) -> Accelerator:
         log_with=args.report_to if args.with_tracking else None,
         project_dir=args.output_dir,
         mixed_precision=args.mixed_precision,
+        dynamo_plugin=compile_plugin,
     )
     import datasets
     import transformers
@@ -495,20 +519,26 @@ def format_metrics(metrics: dict[str, float]) -> str:
 
 def save_tokenizer(tokenizer, folder: str) -> None:
     """`save_pretrained`, then name the class `PreTrainedTokenizerFast`: transformers 5 writes its own class name
-    (`TokenizersBackend`), which transformers 4.x does not know; the alias loads on both."""
+    (`TokenizersBackend`), which transformers 4.x does not know; the alias loads on both. A tokenizer without a
+    length cap is written without `model_max_length` (rather than as the number 10**30), which loads as no cap."""
     tokenizer.save_pretrained(folder)
     path = os.path.join(folder, "tokenizer_config.json")
     with open(path) as handle:
         config = json.load(handle)
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
-        with open(path, "w") as handle:
-            json.dump(config, handle, indent=2)
+    if config.get("model_max_length", 0) >= VERY_LARGE_INTEGER:
+        del config["model_max_length"]
+    with open(path, "w") as handle:
+        json.dump(config, handle, indent=2)
 
 
-def write_sentence_transformers_files(folder: str, hidden_size: int, max_seq_length: int) -> None:
+def write_sentence_transformers_files(folder: str, config) -> None:
     """The files with which `SentenceTransformer(folder)` loads an exported folder as transformer + mean pooling,
-    in the long-standing format every sentence-transformers release reads."""
+    in the long-standing format every sentence-transformers release reads. Sentences are truncated at the length
+    the model was trained at (`config.max_position_embeddings`): the model runs longer, but embeddings past that
+    length are unmeasured, and sentence-transformers users expect a cap."""
+    hidden_size, max_seq_length = config.hidden_size, config.max_position_embeddings
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -545,13 +575,15 @@ def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto
     the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; then
     `write_card(model)` on the main process (model card, pictures, results), then the optional upload."""
     accelerator.wait_for_everyone()
-    state_dict = accelerator.get_state_dict(model)  # on every process: FSDP gathers the full state on the main one
+    # torch.compile's wrapper off (its keys carry an `_orig_mod.` prefix), DDP's and FSDP's kept: on every process,
+    # FSDP gathers the full state on the main one
+    state_dict = accelerator.get_state_dict(getattr(model, "_orig_mod", model))
     if accelerator.is_main_process:
         fresh = auto_class.from_config(accelerator.unwrap_model(model).config)
         fresh.load_state_dict(state_dict)
         fresh.save_pretrained(args.output_dir)
         save_tokenizer(tokenizer, args.output_dir)
-        write_sentence_transformers_files(args.output_dir, fresh.config.hidden_size, tokenizer.model_max_length)
+        write_sentence_transformers_files(args.output_dir, fresh.config)
         write_card(fresh)
         accelerator.print(f"saved the model to {args.output_dir}")
         if args.push_to_hub:

@@ -527,7 +527,7 @@ def publish_folder(args, arm: str, seed: int, tables: str, picture: str, window:
     tokenizer = AutoTokenizer.from_pretrained(run_folder(args, arm, seed))
     model.save_pretrained(folder)
     save_tokenizer(tokenizer, folder)
-    write_sentence_transformers_files(folder, model.config.hidden_size, tokenizer.model_max_length)
+    write_sentence_transformers_files(folder, model.config)
     shutil.copy(picture, os.path.join(folder, os.path.basename(picture)))
     shutil.copy(os.path.join(run_folder(args, arm, seed), "metrics.jsonl"), os.path.join(folder, "metrics.jsonl"))
     pictures = draw_pictures(folder, model.config)

@@ -9,7 +9,9 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-TEMPLATE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_card.md")
+from .resources import resource_path
+
+TEMPLATE = resource_path("model_card.md")
 
 TASKS = {
     "fill-mask": ("AutoModelForMaskedLM", "pretrained by masked language modelling", "Fill-Mask"),

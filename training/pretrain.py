@@ -22,6 +22,7 @@ import transformers
 from accelerate import Accelerator
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
 from sinusoidal_encoder.training.data import (
@@ -281,7 +282,7 @@ def pretrain(
     the prepared model, the tokenizer, the progress and the final evaluation."""
     accelerator = make_accelerator(args)
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_name or SHIPPED_TOKENIZER)
-    tokenizer.model_max_length = args.max_seq_length
+    tokenizer.model_max_length = VERY_LARGE_INTEGER  # no cap: the training length is config.max_position_embeddings
     with accelerator.main_process_first():
         raw = load_raw_datasets(args)
         packed = tokenize_and_pack(

@@ -18,6 +18,7 @@ import os
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder.training.data import add_data_arguments, iterate_texts, load_raw_datasets, text_column
 from sinusoidal_encoder.training.engine import save_tokenizer
@@ -38,7 +39,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--vocab_size", type=int, default=16384, help="Vocabulary size, special tokens included.")
     parser.add_argument("--min_frequency", type=int, default=2, help="Minimum count of a pair to be merged.")
     parser.add_argument(
-        "--model_max_length", type=int, default=512, help="The sequence length models trained with it are run at."
+        "--model_max_length",
+        type=int,
+        default=None,
+        help="A length cap to write into the tokenizer (default: none; the sinusoidal encoder runs at any length, and "
+        "the length a model was trained at is its config's max_position_embeddings).",
     )
     parser.add_argument("--seed", type=int, default=42, help="Seed of the validation split of a dataset without one.")
     args = parser.parse_args(argv)
@@ -47,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_tokenizer(texts, vocab_size: int, min_frequency: int, model_max_length: int) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    texts, vocab_size: int, min_frequency: int, model_max_length: int | None = None
+) -> PreTrainedTokenizerFast:
     """Train byte-level BPE on an iterator of text batches and wrap it as a transformers fast tokenizer."""
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -68,7 +75,7 @@ def build_tokenizer(texts, vocab_size: int, min_frequency: int, model_max_length
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
-        model_max_length=model_max_length,
+        model_max_length=model_max_length or VERY_LARGE_INTEGER,
         model_input_names=["input_ids", "attention_mask"],
         clean_up_tokenization_spaces=False,
         **SPECIAL_TOKENS,
