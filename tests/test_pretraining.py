@@ -224,6 +224,35 @@ def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
             assert x["eval_masked_tokens"] == y["eval_masked_tokens"]
 
 
+def test_fsdp_config_on_cpu_fails_instead_of_silently_replicating(tmp_path, corpus):
+    """accelerate (1.x) enables FSDP on GPU-like devices only: launched on CPUs with the FSDP configuration, it runs
+    the processes as plain data parallel. The script says so and stops before training, instead of training a
+    replicated model under an FSDP configuration."""
+    launcher = (
+        ACCELERATE,
+        "launch",
+        "--config_file",
+        str(Path(__file__).parents[1] / "training" / "accelerate_configs" / "fsdp.yaml"),
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        "0",
+    )
+    out = tmp_path / "fsdp"
+    proc = subprocess.run(
+        pretrain_cmd(corpus, out, "--max_train_steps", "2", launcher=launcher),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env(ACCELERATE_USE_CPU="1"),
+    )
+    assert proc.returncode != 0
+    assert "asks for FSDP, but accelerate runs this job as MULTI_CPU on cpu" in proc.stderr
+    assert "Running training" not in proc.stdout and not (out / "model.safetensors").exists()
+
+
 def test_bf16_mixed_precision_through_accelerate_on_cpu(tmp_path, corpus):
     out = tmp_path / "bf16"
     launcher = (

@@ -295,6 +295,17 @@ def make_accelerator(args: argparse.Namespace) -> Accelerator:
         mixed_precision=args.mixed_precision,
         dynamo_plugin=compile_plugin,
     )
+    from accelerate.utils import DistributedType
+
+    fsdp_asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    if fsdp_asked and accelerator.distributed_type != DistributedType.FSDP:
+        # accelerate enables FSDP for GPU-like devices only; elsewhere it runs the processes as plain data parallel
+        raise ValueError(
+            f"The accelerate configuration asks for FSDP, but accelerate runs this job as "
+            f"{accelerator.distributed_type.value} on {accelerator.device.type} (it enables FSDP on GPUs and similar "
+            "devices only): the model would be replicated, not sharded. Launch with a data-parallel configuration "
+            "(training/accelerate_configs/multi_gpu_ddp.yaml, or `--multi_gpu` with ACCELERATE_USE_CPU=1 on a CPU)."
+        )
     import datasets
     import transformers
 
