@@ -1,5 +1,7 @@
 """Contracts transformers users rely on without reading our code (issue 16): every return form of
-`from_pretrained`, gradients through returned hidden states, all-padding batches, empty inputs."""
+`from_pretrained`, gradients through returned hidden states, all-padding batches, empty inputs; then the rest of
+what transformers' common model tests check for BERT (base/head checkpoints both ways, mismatched sizes, missing
+weights, embedding accessors, inputs_embeds, attention gradients, batching, torch.export, device_map, adapters)."""
 
 from __future__ import annotations
 
@@ -72,3 +74,136 @@ def test_an_empty_sequence_is_refused_by_name(field):
     given = torch.zeros(2, 0, dtype=torch.long) if field == "input_ids" else torch.zeros(2, 0, 32)
     with pytest.raises(ValueError, match=f"`{field}` has no tokens"):
         model(**{field: given})
+
+
+# The rest of the class: what transformers' common model tests (tests/test_modeling_common.py) check for BERT, where
+# no other test file covers it. Covered elsewhere: save/load round trips in every head, sharded and bf16
+# (test_auto_and_save.py); tied and untied decoders, resizing (test_heads.py); attentions, hidden states, tuple
+# outputs, gradient checkpointing, eager/sdpa/flash (test_model.py); torch.compile (test_compile.py); ONNX
+# (test_onnx.py); mismatched label counts through fine-tuning (test_finetuning.py). Not applicable: head masking and
+# TorchScript tracing with `config.torchscript`, which transformers 5 dropped for BERT too (torch.export instead).
+HEAD_CLASSES = [
+    se.SinusoidalEncoderForMaskedLM,
+    se.SinusoidalEncoderForSequenceClassification,
+    se.SinusoidalEncoderForTokenClassification,
+    se.SinusoidalEncoderForQuestionAnswering,
+]
+
+
+@pytest.mark.parametrize("head_class", HEAD_CLASSES)
+def test_a_base_checkpoint_loads_into_every_head(tmp_path, head_class):
+    base = se.SinusoidalEncoderModel(tiny_config())
+    base.save_pretrained(tmp_path)
+    head, info = head_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert info["missing_keys"] and not any(key.startswith("model.") for key in info["missing_keys"])
+    for name, value in base.state_dict().items():
+        assert torch.equal(head.model.state_dict()[name], value), name
+
+
+@pytest.mark.parametrize("head_class", HEAD_CLASSES)
+def test_a_head_checkpoint_loads_into_the_base_model(tmp_path, head_class):
+    head = head_class(tiny_config())
+    head.save_pretrained(tmp_path)
+    base, info = AutoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"]
+    for name, value in base.state_dict().items():
+        assert torch.equal(head.model.state_dict()[name], value), name
+
+
+def test_another_label_count_needs_ignore_mismatched_sizes(tmp_path):
+    se.SinusoidalEncoderForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path)
+    with pytest.raises((RuntimeError, ValueError), match=r"(?i)size|shape"):
+        se.SinusoidalEncoderForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    model, info = se.SinusoidalEncoderForSequenceClassification.from_pretrained(
+        tmp_path, num_labels=5, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    assert info["mismatched_keys"]
+    logits = model(random_ids(2, 7)).logits
+    assert logits.shape == (2, 5) and torch.isfinite(logits).all()
+
+
+def test_a_missing_weight_is_initialised_by_the_model_not_left_empty(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    se.SinusoidalEncoderForMaskedLM(tiny_config(initializer_range=0.02)).save_pretrained(tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    del weights["lm_head.dense.weight"]
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    model, info = AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == {"lm_head.dense.weight"} or list(info["missing_keys"]) == ["lm_head.dense.weight"]
+    weight = model.lm_head.dense.weight
+    assert abs(weight.std().item() - 0.02) < 0.005 and abs(weight.mean().item()) < 0.005
+
+
+def test_embedding_accessors_and_main_input_name():
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config())
+    assert model.main_input_name == "input_ids"
+    assert isinstance(model.get_input_embeddings(), torch.nn.Embedding)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    replacement = torch.nn.Embedding(model.config.vocab_size, model.config.hidden_size)
+    model.set_input_embeddings(replacement)
+    assert model.get_input_embeddings() is replacement and model.model.embeddings.word_embeddings is replacement
+
+
+def test_inputs_embeds_are_the_embedding_lookup():
+    """As BERT: `inputs_embeds` replaces the lookup `get_input_embeddings()(input_ids)`; the scale by √d and the
+    position encoding are applied to either alike."""
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    ids = random_ids(2, 9)
+    expected = model(input_ids=ids).last_hidden_state
+    got = model(inputs_embeds=model.get_input_embeddings()(ids)).last_hidden_state
+    torch.testing.assert_close(got, expected)
+
+
+def test_returned_attentions_receive_gradients():
+    model = se.SinusoidalEncoderModel(tiny_config(attention_probs_dropout_prob=0.0))
+    outputs = model(random_ids(2, 9), output_attentions=True)
+    outputs.attentions[0].retain_grad()
+    outputs.last_hidden_state.sum().backward()
+    assert outputs.attentions[0].grad is not None and outputs.attentions[0].grad.abs().sum() > 0
+
+
+def test_a_batch_computes_what_its_rows_compute_alone():
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    ids = random_ids(3, 11)
+    batch = model(ids).last_hidden_state
+    for row in range(3):
+        torch.testing.assert_close(model(ids[row : row + 1]).last_hidden_state[0], batch[row], atol=1e-5, rtol=1e-5)
+
+
+def test_torch_export_with_a_dynamic_sequence_length():
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    length = torch.export.Dim("length", min=2, max=4096)
+    program = torch.export.export(model, (random_ids(2, 9),), dynamic_shapes=({1: length},), strict=False)
+    for seq_len in (5, 70):
+        ids = random_ids(2, seq_len, seed=seq_len)
+        torch.testing.assert_close(program.module()(ids)[0], model(ids).last_hidden_state)
+
+
+def test_big_model_loading_with_a_device_map(tmp_path):
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config()).eval()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, device_map="auto")
+    assert se.SinusoidalEncoderPreTrainedModel._no_split_modules  # what device_map="auto" keeps on one device
+    assert {parameter.device.type for parameter in loaded.parameters()} == {"cpu"}
+    ids = random_ids(2, 9)
+    torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+
+
+def test_input_gradients_for_adapters_with_frozen_weights_and_checkpointing():
+    """PEFT's recipe: frozen weights, gradient checkpointing, `enable_input_require_grads()`: the loss still has a
+    graph back to the adapters' inputs."""
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config())
+    model.activation_checkpointing_enable()
+    model.enable_input_require_grads()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    model.train()
+    assert model(random_ids(2, 9)).logits.requires_grad
+
+
+def test_eval_outputs_are_deterministic():
+    model = se.SinusoidalEncoderModel(tiny_config()).eval()
+    ids = random_ids(2, 9)
+    assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
