@@ -1,5 +1,6 @@
 """The exported model card's code runs as written: the package-installed block with the package, the
-`trust_remote_code` block without it, the pipeline example both ways; and after `publish.py` it names the Hub id."""
+`trust_remote_code` block without it, the pipeline example both ways; and after `publish.py` it names the Hub id.
+README's Python blocks run as written too."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import tiny_config
+from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.training import publish
@@ -95,3 +96,16 @@ def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer):
         assert '"me/tiny-encoder"' in block
     assert "name: me/tiny-encoder" in card  # the model-index
     assert textwrap.dedent(card).startswith("---")
+
+
+@pytest.mark.slow
+def test_readme_python_snippets_run_as_written(tmp_path):
+    """README's Python blocks, in order, in one empty directory: "Use it" (with the package) saves `my-encoder`; the
+    next block loads it without the package; the long-input block loads it with the window option."""
+    readme = (REPO / "README.md").read_text()
+    use_it, without_package, long_inputs = python_blocks(readme)  # a new block needs a line here
+    for block, prefix in ((use_it, ""), (without_package, WITHOUT_PACKAGE), (long_inputs, "")):
+        proc = run_blocks([block], tmp_path, prefix)
+        assert proc.returncode == 0, block + proc.stderr[-3000:]
+        assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr
+    assert (tmp_path / "my-encoder" / "config.json").exists()
