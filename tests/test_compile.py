@@ -95,7 +95,9 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
     proc = run(pretrain_cmd(corpus, full, *common, *COMPILED))
     exported = load_file(str(full / "model.safetensors"))
     assert not any(name.startswith("_orig_mod") for name in exported)  # the plain model's keys, loadable as such
-    assert AutoModelForMaskedLM.from_pretrained(full).num_parameters() > 0 and "saved the model" in proc.stdout
+    loaded, info = AutoModelForMaskedLM.from_pretrained(full, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and "saved the model" in proc.stdout
+    assert torch.equal(loaded.get_input_embeddings().weight, exported["model.embeddings.word_embeddings.weight"])
 
     # an eager run resumes the compiled one's checkpoint (bitwise resume under compile: the fine-tuning test below,
     # through the same training loop)
