@@ -12,7 +12,8 @@ from accelerate.utils import DistributedType
 from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder.training.engine import parameter_groups
+from sinusoidal_encoder.training import pretrain
+from sinusoidal_encoder.training.engine import parameter_groups, published_config
 from sinusoidal_encoder.training.pretrain import MODEL_SIZES, apply_overrides
 
 
@@ -98,3 +99,20 @@ def test_scripts_run_as_files_import_the_installed_package(script):
         if isinstance(node, ast.ImportFrom) and node.level > 0
     ]
     assert not relative, f"{script.name} has relative imports: {relative}"
+
+
+@pytest.mark.parametrize("source", ["config_name", "model_name_or_path"])
+def test_pretraining_builds_the_model_it_trains_and_exports_the_published_default(tmp_path, tokenizer, source):
+    """`sparse_prediction` is set when the model is built (or loaded) for training, never toggled on the live model;
+    the exported config gets the published default (full logits) from `published_config`, a copy."""
+    folder = tmp_path / "model"
+    se.SinusoidalEncoderForMaskedLM(tiny_config(vocab_size=len(tokenizer))).save_pretrained(folder)
+    flags = ["--output_dir", str(tmp_path / "out"), "--config_name", "tiny", "--max_seq_length", "32"]
+    if source == "model_name_or_path":
+        flags += ["--model_name_or_path", str(folder)]
+    args = pretrain.parse_args(flags)
+    model = pretrain.build_model(args, tokenizer)
+    assert model.config.sparse_prediction is True
+    published = published_config(model.config)
+    assert published.sparse_prediction is False and model.config.sparse_prediction is True
+    assert {**model.config.to_dict(), "sparse_prediction": False} == published.to_dict()  # nothing else changes

@@ -4,6 +4,7 @@ resume, metric logging, and publishing to the Hub."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -581,6 +582,15 @@ def describe_data(args: argparse.Namespace) -> str:
     return source + (f" (configuration `{args.dataset_config_name}`)" if args.dataset_config_name else "")
 
 
+def published_config(config):
+    """The config an exported folder carries: the trained one, with `sparse_prediction` (an option that speeds up
+    training) at its default, so that users of the folder get logits at every position."""
+    published = copy.deepcopy(config)
+    if hasattr(published, "sparse_prediction"):
+        published.sparse_prediction = False
+    return published
+
+
 def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto_class, tokenizer, write_card) -> None:
     """Write the Hub-ready folder: weights of a fresh model of the plain class (under FSDP2 the wrapped class is not
     the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; then
@@ -590,7 +600,7 @@ def export_model(accelerator: Accelerator, args: argparse.Namespace, model, auto
     # FSDP gathers the full state on the main one
     state_dict = accelerator.get_state_dict(getattr(model, "_orig_mod", model))
     if accelerator.is_main_process:
-        fresh = auto_class.from_config(accelerator.unwrap_model(model).config)
+        fresh = auto_class.from_config(published_config(accelerator.unwrap_model(model).config))
         fresh.load_state_dict(state_dict)
         fresh.save_pretrained(args.output_dir)
         save_tokenizer(tokenizer, args.output_dir)

@@ -49,6 +49,7 @@ from sinusoidal_encoder.training.data import (
 )
 from sinusoidal_encoder.training.engine import (
     perplexity,
+    published_config,
     read_metrics,
     save_tokenizer,
     write_sentence_transformers_files,
@@ -233,11 +234,11 @@ def pretrain_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any
     start = time.time()
     accelerator, model, tokenizer, progress, final = pretrain.pretrain(pretrain.parse_args(argv), builder(arm, args))
     model = accelerator.unwrap_model(model)
-    if hasattr(model.config, "sparse_prediction"):
-        model.config.sparse_prediction = False
     if isinstance(model, SparseBertForMaskedLM):
         model.config.architectures = ["BertForMaskedLM"]  # loads as the plain class
-    model.save_pretrained(folder)
+    saved = type(model)(published_config(model.config))
+    saved.load_state_dict(model.state_dict())
+    saved.save_pretrained(folder)
     save_tokenizer(tokenizer, folder)
     shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
     evals = [m for m in read_metrics(folder) if "eval_loss" in m]
@@ -296,11 +297,10 @@ def masked_lm_loss(
             position_ids = None
             if position_scale != 1.0:
                 position_ids = (torch.arange(ids.shape[1], dtype=torch.float64) * position_scale).unsqueeze(0)
-            model.config.sparse_prediction = True
             model.config.long_input_attention_window = window  # applies past max_position_embeddings only
-            logits = model(input_ids=ids, labels=labels, position_ids=position_ids).logits  # (N, V)
-            model.config.sparse_prediction = False
+            hidden = model.model(input_ids=ids, position_ids=position_ids).last_hidden_state  # (B, T, d)
             model.config.long_input_attention_window = None
+            logits = model.lm_head(hidden[keep])  # (N, V)
         total += F.cross_entropy(logits.double(), labels[keep], reduction="sum").item()
         count += int(keep.sum())
     return total / max(count, 1), count

@@ -172,8 +172,13 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
 
 
 def build_model(args: argparse.Namespace, tokenizer) -> transformers.PreTrainedModel:
+    """The model the flags describe, with `sparse_prediction=True` where it has the option: training and evaluation
+    need logits at the masked positions only (the exported folder carries the published default, see
+    `engine.published_config`)."""
     if args.model_name_or_path:
-        return AutoModelForMaskedLM.from_pretrained(args.model_name_or_path)
+        config = AutoConfig.from_pretrained(args.model_name_or_path)
+        sparse = {"sparse_prediction": True} if hasattr(config, "sparse_prediction") else {}
+        return AutoModelForMaskedLM.from_pretrained(args.model_name_or_path, **sparse)
     if args.config_name in MODEL_SIZES:
         config = sinusoidal_encoder.SinusoidalEncoderConfig(**MODEL_SIZES[args.config_name])
     else:
@@ -181,6 +186,8 @@ def build_model(args: argparse.Namespace, tokenizer) -> transformers.PreTrainedM
     config.vocab_size = len(tokenizer)
     config.pad_token_id = tokenizer.pad_token_id
     config.max_position_embeddings = args.max_seq_length
+    if hasattr(config, "sparse_prediction"):
+        config.sparse_prediction = True
     apply_overrides(config, args.config_overrides)
     return AutoModelForMaskedLM.from_config(config)
 
@@ -289,8 +296,6 @@ def pretrain(
             raw, tokenizer, args.max_seq_length, args.text_column_name, args.preprocessing_num_workers
         )
     model = (build or build_model)(args, tokenizer)
-    if hasattr(model.config, "sparse_prediction"):
-        model.config.sparse_prediction = True  # training and evaluation need logits at masked positions only
 
     streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
@@ -345,7 +350,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def export(args, accelerator: Accelerator, model, tokenizer, progress: TrainingProgress, final_eval: dict) -> None:
     """The Hub-ready folder: weights, config, code, tokenizer, README.md (model card) and pictures."""
-    accelerator.unwrap_model(model).config.sparse_prediction = False  # users of the exported model get full logits
 
     def write_card(exported) -> None:
         if args.dataset_name or args.train_file:
