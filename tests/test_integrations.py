@@ -56,8 +56,9 @@ def config_for(tokenizer, **overrides):
     return tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
 
 
-def test_trainer_masked_lm(tmp_path, tokenizer):
-    model = se.SinusoidalEncoderForMaskedLM(config_for(tokenizer))
+@pytest.mark.parametrize("sparse_prediction", [False, True])
+def test_trainer_masked_lm(tmp_path, tokenizer, sparse_prediction):
+    model = se.SinusoidalEncoderForMaskedLM(config_for(tokenizer, sparse_prediction=sparse_prediction))
     before = model.get_input_embeddings().weight.detach().clone()
     dataset = tokenized(tokenizer)
     trainer = Trainer(
@@ -73,7 +74,12 @@ def test_trainer_masked_lm(tmp_path, tokenizer):
     assert not torch.equal(before, model.get_input_embeddings().weight)
     assert torch.isfinite(torch.tensor(trainer.evaluate()["eval_loss"]))
     trainer.save_model(str(tmp_path / "saved"))
-    reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "saved", sparse_prediction=False).eval()
+    assert (
+        (tmp_path / "saved" / "config.json")
+        .read_text()
+        .count('"sparse_prediction": ' + str(sparse_prediction).lower())
+    )
     ids = torch.tensor([dataset[0]["input_ids"]])
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, model.eval()(ids).logits)
