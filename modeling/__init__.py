@@ -24,6 +24,7 @@ from .modeling_sinusoidal_encoder import (
     SinusoidalEncoderForTokenClassification,
     SinusoidalEncoderModel,
     SinusoidalEncoderPreTrainedModel,
+    classification_losses,
     sinusoidal_position_encoding,
 )
 
@@ -54,5 +55,6 @@ __all__ = [
     "SinusoidalEncoderForTokenClassification",
     "SinusoidalEncoderModel",
     "SinusoidalEncoderPreTrainedModel",
+    "classification_losses",
     "sinusoidal_position_encoding",
 ]

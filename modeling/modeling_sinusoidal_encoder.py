@@ -831,15 +831,32 @@ def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch:
     return loss_sum / count
 
 
-def _sequence_classification_loss(
-    config: SinusoidalEncoderConfig,
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    num_items_in_batch: int | torch.Tensor | None = None,
-):
-    """BERT's three problem types, inferred from `num_labels` and the label dtype when `config.problem_type` is
-    unset: regression (MSE), single-label (cross-entropy), multi-label (BCE with logits)."""
-    num_labels = logits.shape[-1]
+def classification_losses(problem_type: str, logits: torch.Tensor, labels: torch.Tensor):
+    """Loss sums and loss units per example, `(B,)` and `(B,)`, for the problem types of the heads (and of the
+    fine-tuning script, which normalises over a global batch itself):
+    "single_label_classification" (cross-entropy; one unit), "multi_label_classification" (BCE with logits; one unit
+    per label), "regression" (squared error; one unit per output), "token_classification" (cross-entropy per token;
+    one unit per labelled token, -100 ignored). A head's `loss` is the sum over its batch divided by the units."""
+    logits = logits.float()
+    batch = labels.shape[0]
+    if problem_type == "token_classification":
+        losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
+        return losses.sum(dim=1), (labels != -100).sum(dim=1)
+    if problem_type == "single_label_classification":
+        losses = F.cross_entropy(logits.reshape(batch, -1), labels.reshape(-1), reduction="none")  # (B,)
+        return losses, torch.ones_like(losses)
+    if problem_type == "regression":
+        errors = F.mse_loss(logits.reshape(batch, -1), labels.reshape(batch, -1).float(), reduction="none")  # (B, L)
+    elif problem_type == "multi_label_classification":
+        errors = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none")  # (B, L)
+    else:
+        raise ValueError(f"Unknown `problem_type` {problem_type!r}.")
+    return errors.sum(dim=1), torch.full_like(errors[:, 0], errors.shape[1])
+
+
+def _sequence_problem_type(config: SinusoidalEncoderConfig, num_labels: int, labels: torch.Tensor) -> str:
+    """`config.problem_type`, inferred as BERT does when unset (and then stored in the config, as BERT does):
+    regression for one label, single-label for integer labels, multi-label otherwise."""
     if config.problem_type is None:
         if num_labels == 1:
             config.problem_type = "regression"
@@ -847,17 +864,17 @@ def _sequence_classification_loss(
             config.problem_type = "single_label_classification"
         else:
             config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        target = labels.view(-1).float() if num_labels == 1 else labels.float()
-        prediction = logits.squeeze(-1).float() if num_labels == 1 else logits.float()
-        return _mean(F.mse_loss(prediction, target, reduction="sum"), target.numel(), num_items_in_batch)
-    if config.problem_type == "single_label_classification":
-        loss_sum = F.cross_entropy(logits.view(-1, num_labels).float(), labels.view(-1), reduction="sum")
-        return _mean(loss_sum, labels.numel(), num_items_in_batch)
-    if config.problem_type == "multi_label_classification":
-        loss_sum = F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum")
-        return _mean(loss_sum, labels.numel(), num_items_in_batch)
-    raise ValueError(f"Unknown `problem_type` {config.problem_type!r}.")
+    return config.problem_type
+
+
+def _classification_loss(
+    problem_type: str,
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    loss_sums, units = classification_losses(problem_type, logits, labels)
+    return _mean(loss_sums.sum(), units.sum(), num_items_in_batch)
 
 
 def _classifier_dropout(config: SinusoidalEncoderConfig) -> float:
@@ -906,7 +923,8 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = _sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
+            problem_type = _sequence_problem_type(self.config, self.num_labels, labels)
+            loss = _classification_loss(problem_type, logits, labels, num_items_in_batch)
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -952,10 +970,7 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            loss_sum = F.cross_entropy(
-                logits.view(-1, self.num_labels).float(), labels.view(-1), ignore_index=-100, reduction="sum"
-            )
-            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
+            loss = _classification_loss("token_classification", logits, labels, num_items_in_batch)
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -1067,8 +1082,7 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)  # (B, C)
         loss = None
         if labels is not None:
-            loss_sum = F.cross_entropy(logits.float(), labels.view(-1), reduction="sum")
-            loss = _mean(loss_sum, labels.numel(), num_items_in_batch)
+            loss = _classification_loss("single_label_classification", logits, labels, num_items_in_batch)
         output = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -1083,5 +1097,6 @@ __all__ = [
     "SinusoidalEncoderForTokenClassification",
     "SinusoidalEncoderModel",
     "SinusoidalEncoderPreTrainedModel",
+    "classification_losses",
     "sinusoidal_position_encoding",
 ]

@@ -28,7 +28,6 @@ from typing import Any
 import datasets
 import torch
 from accelerate import Accelerator
-from torch.nn import functional as F
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -252,26 +251,19 @@ class ClassificationTask(TrainingTask):
         self.generator.manual_seed(_mix(self.seed, "data", epoch))
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """As `classification_losses` counts them: labelled tokens, or one unit per label value (one per example for
+        single-label classification and one-output regression, one per label for multi-label)."""
         if self.problem == "token_classification":
             return (batch["labels"] != -100).sum()
-        return torch.tensor(batch["labels"].shape[0])
+        return torch.tensor(batch["labels"].numel())
 
     def forward(self, model, batch):
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
         return model(**inputs).logits
 
     def per_example_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits.float()
-        if self.problem == "token_classification":
-            losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
-            return losses.sum(dim=1), (labels != -100).sum(dim=1)
-        ones = torch.ones(labels.shape[0], device=labels.device)
-        if self.problem == "regression":
-            return F.mse_loss(logits.squeeze(-1), labels.float(), reduction="none"), ones
-        if self.problem == "multi_label_classification":
-            losses = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none")  # (B, L)
-            return losses.mean(dim=1), ones
-        return F.cross_entropy(logits, labels, reduction="none"), ones
+        """Loss sums and units per example, `(B,)` each: the model file's own definition, which its heads use too."""
+        return sinusoidal_encoder.classification_losses(self.problem, logits, labels)
 
     def loss_sums(self, model, batch):
         return self.per_example_losses(self.forward(model, batch), batch["labels"])
