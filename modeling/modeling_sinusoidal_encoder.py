@@ -518,6 +518,35 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
                     tensor.data = tensor.data.clone()
         return loaded
 
+    def _encode(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        output_attentions: bool | None,
+        output_hidden_states: bool | None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """What every head does first: run the encoder (`self.model`), keeping its hidden states and attentions for
+        the head's output. Trainer's `num_items_in_batch` is the head's business and never reaches the encoder."""
+        kwargs.pop("num_items_in_batch", None)
+        return self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
+        )
+
+    def _returned(self, output, return_dict: bool | None):
+        """What every head does last: its `ModelOutput`, or that output as a tuple (`return_dict=False`)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """Normal(0, initializer_range) for linear layers; token embeddings get std 1/√d when they are scaled by √d,
@@ -794,17 +823,9 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
     ) -> MaskedLMOutput | tuple[torch.Tensor, ...]:
         r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere. With
         `config.sparse_prediction`, `logits` then covers only the labelled positions: `(num_labelled, vocab_size)`."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
         )
         hidden_states = outputs.last_hidden_state  # (B, T, d)
         if labels is not None and self.config.sparse_prediction:
@@ -820,7 +841,7 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
 
 def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch: int | torch.Tensor | None):
@@ -907,17 +928,9 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
     ) -> SequenceClassifierOutput | tuple[torch.Tensor, ...]:
         r"""labels (`(batch_size,)`, or `(batch_size, num_labels)` floats for multi-label): targets; the problem type
         follows `config.problem_type` or is inferred as in BERT."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
         )
         pooled = self.pooler(outputs.last_hidden_state, attention_mask)  # (B, d)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
@@ -928,7 +941,7 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
 
 class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
@@ -955,17 +968,9 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
         **kwargs,
     ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
         r"""labels (`(batch_size, seq_len)`): a class per token, -100 where no loss is wanted."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
@@ -974,7 +979,7 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
 
 class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
@@ -1001,17 +1006,8 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
     ) -> QuestionAnsweringModelOutput | tuple[torch.Tensor, ...]:
         r"""start_positions, end_positions (`(batch_size,)`): token indices of the answer span; positions outside the
         sequence are ignored in the loss (as in BERT)."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
-        kwargs.pop("num_items_in_batch", None)
-        outputs = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-            **kwargs,
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
         )
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))  # 2 × (B, T)
@@ -1029,7 +1025,7 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
 
 class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
@@ -1057,7 +1053,6 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
     ) -> MultipleChoiceModelOutput | tuple[torch.Tensor, ...]:
         r"""input_ids, attention_mask, position_ids (`(batch_size, num_choices, seq_len)`); inputs_embeds
         (`(batch_size, num_choices, seq_len, hidden_size)`); labels (`(batch_size,)`): index of the right choice."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None or reference.dim() < 3:
@@ -1068,14 +1063,13 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
             # (B, C, T, ...) -> (B*C, T, ...)
             return None if tensor is None else tensor.reshape(-1, *tensor.shape[tensor.dim() - trailing :])
 
-        outputs = self.model(
+        outputs = self._encode(
             flat(input_ids, 1),
-            attention_mask=flat(attention_mask, 1),
-            position_ids=flat(position_ids, 1),
-            inputs_embeds=flat(inputs_embeds, 2),
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+            flat(attention_mask, 1),
+            flat(position_ids, 1),
+            flat(inputs_embeds, 2),
+            output_attentions,
+            output_hidden_states,
             **kwargs,
         )
         pooled = self.pooler(outputs.last_hidden_state, flat(attention_mask, 1))  # (B*C, d)
@@ -1086,7 +1080,7 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
         output = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
 
 __all__ = [
