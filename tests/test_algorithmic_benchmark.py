@@ -84,6 +84,7 @@ def _train(arm: str, steps: int = 200, length: int = 5) -> torch.nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_without_positions_reverse_string_stays_at_the_majority_level():
     """A model with no position information gives every blank the same answer: whatever it learns, its accuracy
     cannot beat the majority symbol. The same budget with the sinusoidal encoding solves the task."""

@@ -156,6 +156,7 @@ HUB_LOADER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_hub_folder_loads_with_trust_remote_code_without_the_package(tmp_path, tokenizer):
     expected, jobs = {}, {}
     for auto_name, cls in HEADS.items():
@@ -190,6 +191,7 @@ def test_hub_folder_loads_with_trust_remote_code_without_the_package(tmp_path, t
             assert torch.equal(got[key], value), (auto_name, key)
 
 
+@pytest.mark.slow
 def test_folder_without_trust_remote_code_fails_clearly_without_the_package(tmp_path):
     se.SinusoidalEncoderModel(tiny_config()).save_pretrained(tmp_path / "m")
     code = (

@@ -21,6 +21,7 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compiled_equals_eager_across_lengths():
     model = se.SinusoidalEncoderForMaskedLM(tiny_config()).eval()
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
@@ -30,6 +31,7 @@ def test_compiled_equals_eager_across_lengths():
             torch.testing.assert_close(compiled(ids).logits, model(ids).logits, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_training_step_equals_eager():
     config = tiny_config(sparse_prediction=True)
     eager = se.SinusoidalEncoderForMaskedLM(config)
@@ -59,6 +61,7 @@ def test_one_graph_serves_every_sequence_length():
     assert counter.frame_count == 1  # no recompilation per length, no graph break (fullgraph)
 
 
+@pytest.mark.slow
 def test_padded_batches_compile_without_graph_breaks():
     """Unpadding has data-dependent shapes, so compiled graphs take the padded path: still one graph, same result."""
     from torch._dynamo.testing import CompileCounter
@@ -108,6 +111,7 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
         torch.testing.assert_close(eager[name], value, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.slow
 def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
     from sinusoidal_encoder.training import finetune
 

@@ -69,6 +69,7 @@ SENTENCES = [
 ]
 
 
+@pytest.mark.slow
 def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
     out = tmp_path / "classifier"
     final = run_finetune(
@@ -127,6 +128,7 @@ def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
     )
 
 
+@pytest.mark.slow
 def test_loads_with_trust_remote_code_without_the_package(tmp_path, pretrained):
     rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 3)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:8])
@@ -159,6 +161,7 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path, pretrained):
     assert proc.stdout.strip().splitlines()[-1] in {"neg", "pos"}
 
 
+@pytest.mark.slow
 def test_regression_multi_label_and_text_pairs(tmp_path, pretrained):
     pairs = [
         {"a": s, "b": SENTENCES[(i + 3) % 8], "score": float(i % 5) / 4, "tags": [["x"], ["y"], ["x", "y"]][i % 3]}
@@ -207,6 +210,7 @@ def ner_rows():
     return rows
 
 
+@pytest.mark.slow
 def test_token_classification(tmp_path, pretrained):
     rows = ner_rows()
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
@@ -259,6 +263,7 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
     assert labelled[0][0] == pieces[1] and encoded["labels"][0] == -100  # [CLS] is never labelled
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path, pretrained):
     rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 4)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
@@ -355,6 +360,7 @@ def test_publish_uploads_an_exported_folder_with_a_fake_api(tmp_path, pretrained
         publish.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
 
 
+@pytest.mark.slow
 def test_plots_command_draws_the_pictures(tmp_path, pretrained):
     folder = tmp_path / "m"
     folder.mkdir()

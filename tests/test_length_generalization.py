@@ -105,6 +105,7 @@ def small_builtin_corpus(monkeypatch):
     return corpus
 
 
+@pytest.mark.slow
 def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     argv = [
         "--output_dir",

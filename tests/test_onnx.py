@@ -18,6 +18,7 @@ from sinusoidal_encoder.training import export_onnx  # noqa: E402
     ("task", "model_class"),
     [("fill-mask", se.SinusoidalEncoderForMaskedLM), ("feature-extraction", se.SinusoidalEncoderModel)],
 )
+@pytest.mark.slow
 def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, model_class):
     model_class(tiny_config(max_position_embeddings=16, hidden_act="gelu")).save_pretrained(tmp_path / "model")
     export_onnx.main([str(tmp_path / "model"), "--task", task, "--no_check"])
@@ -34,6 +35,7 @@ def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, mode
     assert worst <= 1e-4
 
 
+@pytest.mark.slow
 def test_check_reports_a_wrong_graph(tmp_path):
     model = se.SinusoidalEncoderModel(tiny_config()).eval()
     path = export_onnx.export_onnx(model, str(tmp_path / "m.onnx"), "last_hidden_state")

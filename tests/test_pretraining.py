@@ -39,6 +39,7 @@ def weights(output_dir):
     return load_file(str(Path(output_dir) / "model.safetensors"))
 
 
+@pytest.mark.slow
 def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     out = tmp_path / "out"
     proc = run(
@@ -121,6 +122,7 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
     assert loaded.stdout.splitlines()[0] == "SinusoidalEncoderModel"
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     """SIGKILL a run (gradient accumulation, dropout, several epochs, a sequence-length warmup whose second phase
     the kill interrupts) after a checkpoint; resuming with `--resume_from_checkpoint latest` ends with exactly the
@@ -175,6 +177,7 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     ]
 
 
+@pytest.mark.slow
 def test_an_interrupted_checkpoint_save_is_never_picked(tmp_path, corpus):
     out = tmp_path / "out"
     run(pretrain_cmd(corpus, out, "--max_train_steps", "4", "--checkpointing_steps", "2"))
@@ -185,6 +188,7 @@ def test_an_interrupted_checkpoint_save_is_never_picked(tmp_path, corpus):
     assert f"Resuming from {out / 'checkpoints' / 'step_4'}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
     """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise."""
     no_dropout = (
@@ -233,6 +237,7 @@ def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
             assert x["eval_masked_tokens"] == y["eval_masked_tokens"]
 
 
+@pytest.mark.slow
 def test_fsdp_config_on_cpu_fails_instead_of_silently_replicating(tmp_path, corpus):
     """accelerate (1.x) enables FSDP on GPU-like devices only: launched on CPUs with the FSDP configuration, it runs
     the processes as plain data parallel. The script says so and stops before training, instead of training a
@@ -262,6 +267,7 @@ def test_fsdp_config_on_cpu_fails_instead_of_silently_replicating(tmp_path, corp
     assert "Running training" not in proc.stdout and not (out / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_through_accelerate_on_cpu(tmp_path, corpus):
     out = tmp_path / "bf16"
     launcher = (
@@ -282,6 +288,7 @@ def test_bf16_mixed_precision_through_accelerate_on_cpu(tmp_path, corpus):
     assert all(t.dtype == torch.float32 for t in weights(out).values())  # master weights stay fp32
 
 
+@pytest.mark.slow
 def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, monkeypatch):
     """The upload is tested offline with a fake HfApi standing in for huggingface_hub's."""
     import huggingface_hub

@@ -115,6 +115,7 @@ def distilled(tmp_path_factory, tokenizer):
     return {"student": student, "out": out, "first": first, "second": second, "caches": caches}
 
 
+@pytest.mark.slow
 def test_distillation_resumes_and_never_trains_on_the_hand_checked_set(distilled):
     out, first, second = distilled["out"], distilled["first"], distilled["second"]
     assert (first["steps"], second["steps"]) == (150, 200)
@@ -131,6 +132,7 @@ def test_distillation_resumes_and_never_trains_on_the_hand_checked_set(distilled
     assert json.loads((out / "distillation_results.json").read_text())["steps"] == 200
 
 
+@pytest.mark.slow
 def test_distilled_folder_loads_with_no_extra_code(distilled, tokenizer):
     """SentenceTransformer(folder) gives transformer + mean pooling + the Dense map to the teacher's 384 dimensions,
     equal to the same computation by hand; the transformer is still a Hub-ready folder of this package."""
@@ -156,6 +158,7 @@ def test_distilled_folder_loads_with_no_extra_code(distilled, tokenizer):
     assert "auto_map" in json.loads((out / "config.json").read_text())
 
 
+@pytest.mark.slow
 def test_distillation_makes_paraphrases_score_higher(distilled):
     """On the 16 hand-checked triples, the distilled model separates paraphrases from unrelated sentences far more
     than the same student before training (whose mean-pooled embeddings all point the same way: cosines near 0.9):

@@ -74,6 +74,7 @@ def test_a_one_megabyte_line_round_trips(tokenizer):
     assert tokenizer.decode(ids) == line
 
 
+@pytest.mark.slow
 def test_train_tokenizer_on_a_local_file(tmp_path):
     train, validation = write_text_corpus(tmp_path / "data")
     out = tmp_path / "tok"
@@ -100,6 +101,7 @@ def test_train_tokenizer_on_a_local_file(tmp_path):
         assert trained.decode(trained(text)["input_ids"], skip_special_tokens=True) == text
 
 
+@pytest.mark.slow
 def test_train_tokenizer_rejects_a_tiny_vocabulary(tmp_path):
     cmd = [
         sys.executable,

@@ -61,6 +61,7 @@ def saved_folders(root: Path) -> None:
 @pytest.mark.skipif(
     not TF4_PYTHON.exists(), reason=f"no transformers 4.x environment at {TF4_PYTHON} (scripts/test.sh builds it)"
 )
+@pytest.mark.slow
 def test_saved_folders_load_on_transformers_4_with_the_same_outputs(tmp_path):
     saved_folders(tmp_path / "models")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
