@@ -111,7 +111,18 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
         torch.testing.assert_close(eager[name], value, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.fixture
+def _fresh_accelerate_state():
+    """accelerate keeps its state (the compile plugin included) for the whole process: reset it after an in-process
+    compiled run, so that later in-process runs of other tests are not compiled."""
+    yield
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("_fresh_accelerate_state")
 def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
     from sinusoidal_encoder.training import finetune
 

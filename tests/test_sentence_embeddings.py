@@ -12,7 +12,7 @@ from conftest import tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.training import sentence_embeddings as distillation
-from sinusoidal_encoder.training.engine import save_tokenizer, write_sentence_transformers_files
+from sinusoidal_encoder.training.export import save_tokenizer, write_sentence_transformers_files
 
 
 def teacher_or_skip() -> str:

@@ -13,7 +13,8 @@ from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.training import pretrain
-from sinusoidal_encoder.training.engine import parameter_groups, published_config
+from sinusoidal_encoder.training.export import published_config
+from sinusoidal_encoder.training.optimization import parameter_groups
 from sinusoidal_encoder.training.pretrain import MODEL_SIZES, apply_overrides
 
 

@@ -38,18 +38,11 @@ from transformers import (
 )
 
 import sinusoidal_encoder
+from sinusoidal_encoder.training.arguments import add_training_arguments, check_training_arguments
 from sinusoidal_encoder.training.corpus import load_builtin_corpus
 from sinusoidal_encoder.training.data import _mix, add_data_arguments, load_raw_datasets, text_column
-from sinusoidal_encoder.training.engine import (
-    TrainingTask,
-    add_training_arguments,
-    check_training_arguments,
-    describe_data,
-    export_model,
-    make_accelerator,
-    make_optimizer,
-    train,
-)
+from sinusoidal_encoder.training.export import describe_data, export_model
+from sinusoidal_encoder.training.loop import TrainingTask, make_accelerator, train
 from sinusoidal_encoder.training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
@@ -62,6 +55,7 @@ from sinusoidal_encoder.training.model_card import (
     pipeline_example,
     render_model_card,
 )
+from sinusoidal_encoder.training.optimization import make_optimizer
 
 TASKS = ("text-classification", "token-classification")
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")

@@ -47,13 +47,8 @@ from sinusoidal_encoder.training.data import (
     KeyedMaskingCollator,
     tokenize_and_pack,
 )
-from sinusoidal_encoder.training.engine import (
-    perplexity,
-    published_config,
-    read_metrics,
-    save_tokenizer,
-    write_sentence_transformers_files,
-)
+from sinusoidal_encoder.training.export import published_config, save_tokenizer, write_sentence_transformers_files
+from sinusoidal_encoder.training.metrics_log import perplexity, read_metrics
 
 ARMS = {
     "post_ln": "ours, post-LN (the paper)",
@@ -233,7 +228,7 @@ def pretrain_arm(args: argparse.Namespace, arm: str, seed: int) -> dict[str, Any
     print(f"\n=== pretraining {arm} ({ARMS[arm]}), seed {seed} -> {folder}")
     start = time.time()
     accelerator, model, tokenizer, progress, final = pretrain.pretrain(pretrain.parse_args(argv), builder(arm, args))
-    model = accelerator.unwrap_model(model)
+    model = accelerator.unwrap_model(model, keep_torch_compile=False)
     if isinstance(model, SparseBertForMaskedLM):
         model.config.architectures = ["BertForMaskedLM"]  # loads as the plain class
     saved = type(model)(published_config(model.config))

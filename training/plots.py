@@ -16,7 +16,7 @@ import os
 import torch
 
 from sinusoidal_encoder import sinusoidal_position_encoding
-from sinusoidal_encoder.training.engine import read_metrics
+from sinusoidal_encoder.training.metrics_log import read_metrics
 
 PICTURES = {
     "encoding_heatmap.png": "The sinusoidal position encoding (positions × dimensions)",

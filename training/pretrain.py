@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
+from sinusoidal_encoder.training.arguments import add_training_arguments, check_training_arguments
 from sinusoidal_encoder.training.data import (
     SHIPPED_TOKENIZER,
     IndexedExamples,
@@ -35,18 +36,9 @@ from sinusoidal_encoder.training.data import (
     load_raw_datasets,
     tokenize_and_pack,
 )
-from sinusoidal_encoder.training.engine import (
-    TrainingProgress,
-    TrainingTask,
-    add_training_arguments,
-    check_training_arguments,
-    describe_data,
-    export_model,
-    make_accelerator,
-    make_optimizer,
-    perplexity,
-    train,
-)
+from sinusoidal_encoder.training.export import describe_data, export_model
+from sinusoidal_encoder.training.loop import TrainingProgress, TrainingTask, make_accelerator, train
+from sinusoidal_encoder.training.metrics_log import perplexity
 from sinusoidal_encoder.training.mlm_evaluation import (
     describe_evaluation,
     permute_inner_tokens,
@@ -58,6 +50,7 @@ from sinusoidal_encoder.training.model_card import (
     pipeline_example,
     render_model_card,
 )
+from sinusoidal_encoder.training.optimization import make_optimizer
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
 MODEL_SIZES = {
@@ -174,7 +167,7 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
 def build_model(args: argparse.Namespace, tokenizer) -> transformers.PreTrainedModel:
     """The model the flags describe, with `sparse_prediction=True` where it has the option: training and evaluation
     need logits at the masked positions only (the exported folder carries the published default, see
-    `engine.published_config`)."""
+    `export.published_config`)."""
     if args.model_name_or_path:
         config = AutoConfig.from_pretrained(args.model_name_or_path)
         sparse = {"sparse_prediction": True} if hasattr(config, "sparse_prediction") else {}

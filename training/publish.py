@@ -14,7 +14,7 @@ import argparse
 import json
 import os
 
-from sinusoidal_encoder.training.engine import push_folder_to_hub
+from sinusoidal_encoder.training.hub import push_folder_to_hub
 from sinusoidal_encoder.training.model_card import use_hub_id
 
 REQUIRED = ("config.json", "README.md")

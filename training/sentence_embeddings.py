@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from sinusoidal_encoder.training.data import add_data_arguments, load_raw_datasets, text_column
-from sinusoidal_encoder.training.engine import save_tokenizer
+from sinusoidal_encoder.training.export import save_tokenizer
 from sinusoidal_encoder.training.similarity_check import ALL_TRIPLES
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"

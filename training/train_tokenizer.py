@@ -21,7 +21,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder.training.data import add_data_arguments, iterate_texts, load_raw_datasets, text_column
-from sinusoidal_encoder.training.engine import save_tokenizer
+from sinusoidal_encoder.training.export import save_tokenizer
 
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",

@@ -1,0 +1,273 @@
+"""The training loop shared by pretraining and fine-tuning: the Accelerator, what a task tells the loop, where
+training stands, and the loop itself (accumulation, scheduling, evaluation, logging, checkpoints, resume)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from itertools import islice
+
+import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from .checkpoints import resolve_checkpoint, save_checkpoint
+from .metrics_log import MetricsLog, format_metrics
+
+
+class TrainingProgress:
+    """Where training stands; saved in every checkpoint through `accelerator.register_for_checkpointing`."""
+
+    def __init__(self) -> None:
+        self.completed_steps = 0
+        self.epoch = 0
+        self.batches_in_epoch = 0  # micro-batches of `epoch` already consumed (per process)
+        self.tokens_seen = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+def make_accelerator(args: argparse.Namespace) -> Accelerator:
+    """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
+    trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
+    from accelerate.utils import GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
+
+    compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
+    if args.torch_compile:
+        compile_plugin = TorchDynamoPlugin(
+            backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True
+        )
+    accelerator = Accelerator(
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=args.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
+        log_with=args.report_to if args.with_tracking else None,
+        project_dir=args.output_dir,
+        mixed_precision=args.mixed_precision,
+        dynamo_plugin=compile_plugin,
+    )
+    from accelerate.utils import DistributedType
+
+    fsdp_asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    if fsdp_asked and accelerator.distributed_type != DistributedType.FSDP:
+        # accelerate enables FSDP for GPU-like devices only; elsewhere it runs the processes as plain data parallel
+        raise ValueError(
+            f"The accelerate configuration asks for FSDP, but accelerate runs this job as "
+            f"{accelerator.distributed_type.value} on {accelerator.device.type} (it enables FSDP on GPUs and similar "
+            "devices only): the model would be replicated, not sharded. Launch with a data-parallel configuration "
+            "(training/accelerate_configs/multi_gpu_ddp.yaml, or `--multi_gpu` with ACCELERATE_USE_CPU=1 on a CPU)."
+        )
+    import datasets
+    import transformers
+
+    if accelerator.is_main_process:
+        datasets.utils.logging.set_verbosity_warning()
+        transformers.utils.logging.set_verbosity_warning()
+    else:
+        datasets.utils.logging.set_verbosity_error()
+        transformers.utils.logging.set_verbosity_error()
+        datasets.disable_progress_bars()
+    set_seed(args.seed)
+    return accelerator
+
+
+class TrainingTask:
+    """What the shared loop needs to know about a task. Subclasses implement the three methods."""
+
+    name = "training"
+
+    def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-example loss sums and the number of loss units (masked tokens, labelled tokens, examples) in each."""
+        raise NotImplementedError
+
+    def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss units of a batch, known before the forward pass (the loss is normalised by their global sum)."""
+        raise NotImplementedError
+
+    def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
+        raise NotImplementedError
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called before the batches of each epoch are drawn (seed the data order, the masks)."""
+
+    def begin_step(self, step: int) -> None:
+        """Called before the micro-batches of optimizer step `step` (0-based) are computed."""
+
+    def summary(self, metrics: dict[str, float]) -> str | None:
+        """A sentence on what an evaluation shows, printed after it (None: the figures speak for themselves)."""
+        return None
+
+    def tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Real tokens in a batch, for tokens/s and tokens seen."""
+        mask = batch.get("attention_mask")
+        return mask.sum() if mask is not None else torch.tensor(batch["input_ids"].numel())
+
+
+def train(
+    accelerator: Accelerator,
+    args: argparse.Namespace,
+    model,
+    optimizer,
+    train_loader,
+    eval_loader,
+    task: TrainingTask,
+    header: list[str],
+    streaming: bool = False,
+) -> tuple[TrainingProgress, dict[str, float]]:
+    """The training loop shared by pretraining and fine-tuning; model, optimizer and loaders are prepared already.
+
+    One optimizer step = `gradient_accumulation_steps` micro-batches on every process. The loss is normalised by the
+    loss units of the whole global batch, so every unit weighs the same whatever the number of processes and
+    micro-batches. Creates the scheduler, resumes from a checkpoint, logs, evaluates, checkpoints; returns the final
+    progress and evaluation."""
+    from transformers import get_scheduler
+
+    steps_per_epoch = None if streaming else len(train_loader) // args.gradient_accumulation_steps
+    if steps_per_epoch == 0:
+        raise ValueError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
+    if args.max_train_steps is None:
+        args.max_train_steps = steps_per_epoch * args.num_train_epochs
+    num_epochs = math.ceil(args.max_train_steps / steps_per_epoch) if steps_per_epoch else 1
+    warmup = args.num_warmup_steps if args.num_warmup_steps is not None else int(0.06 * args.max_train_steps)
+    # a prepared scheduler advances once per process at every optimizer step: count its steps the same way
+    scheduler = get_scheduler(
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=warmup * accelerator.num_processes,
+        num_training_steps=args.max_train_steps * accelerator.num_processes,
+    )
+    scheduler = accelerator.prepare(scheduler)
+    progress = TrainingProgress()
+    accelerator.register_for_checkpointing(progress)
+
+    checkpoint = resolve_checkpoint(args.output_dir, args.resume_from_checkpoint)
+    if checkpoint is not None:
+        accelerator.print(f"Resuming from {checkpoint}")
+        accelerator.load_state(checkpoint)
+    elif args.resume_from_checkpoint == "latest":
+        accelerator.print(f"No checkpoint in {args.output_dir}/checkpoints yet: starting from scratch")
+    if args.with_tracking:
+        # trackers take scalars and strings (tensorboard's hparams rejects anything else): parsed values as text
+        config = {
+            k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in vars(args).items() if v is not None
+        }
+        accelerator.init_trackers(task.name, config=config)
+    metrics_log = MetricsLog(
+        accelerator, args.output_dir, progress.completed_steps if checkpoint else None, args.with_tracking
+    )
+
+    world = accelerator.num_processes
+    unwrapped = accelerator.unwrap_model(model)
+    accelerator.print("***** Running training *****")
+    accelerator.print(
+        f"  Model = {unwrapped.config.model_type}, {unwrapped.num_parameters():,} parameters, "
+        f"attention = {unwrapped.config._attn_implementation}"
+    )
+    for line in header:
+        accelerator.print(f"  {line}")
+    accelerator.print(f"  Processes = {world}, mixed precision = {accelerator.mixed_precision}")
+    accelerator.print(
+        f"  Batch per device = {args.per_device_train_batch_size}, gradient accumulation = "
+        f"{args.gradient_accumulation_steps}, global batch = "
+        f"{args.per_device_train_batch_size * world * args.gradient_accumulation_steps}"
+    )
+    accelerator.print(f"  Optimizer steps = {args.max_train_steps} ({num_epochs} epoch(s)), warmup = {warmup}")
+
+    bar = tqdm(
+        total=args.max_train_steps,
+        initial=progress.completed_steps,
+        disable=not accelerator.is_local_main_process,
+        desc=task.name,
+        dynamic_ncols=True,
+    )
+    model.train()
+    device = accelerator.device
+    window_loss = torch.zeros((), dtype=torch.float64, device=device)
+    window_units = torch.zeros((), dtype=torch.float64, device=device)
+    window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
+    while progress.completed_steps < args.max_train_steps:
+        task.start_epoch(progress.epoch)
+        loader = train_loader
+        if progress.batches_in_epoch:
+            loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+        batches = iter(loader)
+        while progress.completed_steps < args.max_train_steps:
+            step_start = time.perf_counter()
+            window = list(islice(batches, args.gradient_accumulation_steps))
+            if len(window) < args.gradient_accumulation_steps:  # end of the epoch: a partial window is not a step
+                break
+            task.begin_step(progress.completed_steps)
+            local = torch.stack(
+                [sum(task.loss_units(b) for b in window).double(), sum(task.tokens(b) for b in window).double()]
+            ).to(device)
+            units, tokens = accelerator.reduce(local, reduction="sum").tolist()
+            # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
+            scale = world * args.gradient_accumulation_steps / max(units, 1.0)
+            for batch in window:
+                with accelerator.accumulate(model):
+                    sums, counts = task.loss_sums(model, batch)
+                    loss_sum = sums.sum()
+                    accelerator.backward(loss_sum * scale)
+                    if accelerator.sync_gradients and args.max_grad_norm > 0:
+                        accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad()
+                window_loss += loss_sum.detach().double()
+                window_units += counts.sum().double()
+            progress.completed_steps += 1
+            progress.batches_in_epoch += args.gradient_accumulation_steps
+            progress.tokens_seen += int(tokens)
+            window_tokens += int(tokens)
+            window_time += time.perf_counter() - step_start
+            bar.update(1)
+
+            step = progress.completed_steps
+            if step % args.logging_steps == 0 or step == args.max_train_steps:
+                loss = (accelerator.reduce(window_loss, "sum") / accelerator.reduce(window_units, "sum")).item()
+                metrics = {
+                    "train_loss": loss,
+                    "learning_rate": scheduler.get_last_lr()[0],
+                    "tokens_per_second": window_tokens / window_time,
+                    "tokens_seen": progress.tokens_seen,
+                    "epoch": progress.epoch,
+                }
+                bar.set_postfix(
+                    loss=f"{loss:.3f}",
+                    lr=f"{metrics['learning_rate']:.2e}",
+                    tok_s=f"{window_tokens / window_time:,.0f}",
+                )
+                metrics_log.log(metrics, step)
+                window_loss.zero_()
+                window_units.zero_()
+                window_time, window_tokens = 0.0, 0
+            if args.eval_steps and step % args.eval_steps == 0 and step < args.max_train_steps:
+                evaluation = task.evaluate(model, eval_loader, accelerator)
+                metrics_log.log(evaluation, step)
+                if accelerator.is_local_main_process:
+                    bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
+            if args.checkpointing_steps and step % args.checkpointing_steps == 0:
+                save_checkpoint(accelerator, args.output_dir, step, args.checkpoints_total_limit)
+        if progress.completed_steps >= args.max_train_steps:
+            break
+        if streaming:
+            accelerator.print(f"The stream ended after {progress.completed_steps} steps, before --max_train_steps.")
+            break
+        progress.epoch += 1
+        progress.batches_in_epoch = 0
+    bar.close()
+
+    final = task.evaluate(model, eval_loader, accelerator)
+    metrics_log.log(final, progress.completed_steps)
+    accelerator.print(f"final evaluation: {format_metrics(final)}")
+    summary = task.summary(final)
+    if summary:
+        accelerator.print(summary)
+    return progress, final

@@ -1,0 +1,56 @@
+"""The metrics of a run: one JSON line per logged step in `output_dir/metrics.jsonl` (and the trackers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+from accelerate import Accelerator
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLog:
+    """Every logged metric as one JSON line in `output_dir/metrics.jsonl` (main process), and to the trackers.
+
+    On resume, lines from steps after the checkpoint (logged by the killed run) are dropped, so the file reads as
+    one uninterrupted run."""
+
+    def __init__(self, accelerator: Accelerator, output_dir: str, resumed_step: int | None, tracking: bool):
+        self.accelerator = accelerator
+        self.tracking = tracking
+        self.path = os.path.join(output_dir, METRICS_FILE)
+        if accelerator.is_main_process:
+            os.makedirs(output_dir, exist_ok=True)
+            kept = []
+            if resumed_step is not None and os.path.exists(self.path):
+                with open(self.path) as handle:
+                    kept = [line for line in handle if line.strip() and json.loads(line)["step"] <= resumed_step]
+            with open(self.path, "w") as handle:
+                handle.writelines(kept)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.tracking:
+            self.accelerator.log(metrics, step=step)
+        if self.accelerator.is_main_process:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+
+
+def read_metrics(output_dir: str) -> list[dict[str, Any]]:
+    path = os.path.join(output_dir, METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def perplexity(loss: float) -> float:
+    return math.exp(loss) if loss < 100 else float("inf")
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())

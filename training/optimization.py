@@ -1,0 +1,27 @@
+"""AdamW with weight decay chosen by tensor rank."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Weight decay by tensor rank: matrices (embeddings, projections) decay; biases and norm weights do not.
+    Tied parameters appear once."""
+    decay, no_decay = [], []
+    for parameter in model.parameters():  # named_parameters() would list a tied tensor once as well
+        if parameter.requires_grad:
+            (decay if parameter.dim() >= 2 else no_decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        parameter_groups(model, args.weight_decay),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
