@@ -56,7 +56,8 @@ def make_accelerator(args: argparse.Namespace) -> Accelerator:
     from accelerate.utils import DistributedType
 
     fsdp_asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
-    if fsdp_asked and accelerator.distributed_type != DistributedType.FSDP:
+    launched = max(accelerator.num_processes, int(os.environ.get("WORLD_SIZE", "1")))  # processes started
+    if fsdp_asked and launched > 1 and accelerator.distributed_type != DistributedType.FSDP:
         # accelerate enables FSDP for GPU-like devices only; elsewhere it runs the processes as plain data parallel
         raise ValueError(
             f"The accelerate configuration asks for FSDP, but accelerate runs this job as "
