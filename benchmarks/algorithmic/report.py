@@ -274,7 +274,9 @@ def report(
             "",
             "Accuracy (%) on lengths 10–40 during training (the in-distribution curve), then the final accuracy in "
             "distribution and over the test lengths 41–500. The 3,000-step runs (`runs-probes/`) tried the learning "
-            "rate and the norm placement on Reverse String; the 12,000-step rows are the runs of the table above.",
+            "rate and the norm placement on Reverse String, and the budget of Odds First (where no arm learned the "
+            "task in 3,000 steps: `runs-probes/odds_first-3000/` holds every arm's run); the 12,000-step rows are "
+            "the runs of the table above.",
             "",
             study_table(studies),
         ]
