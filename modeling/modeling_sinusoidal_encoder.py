@@ -529,8 +529,7 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
         **kwargs,
     ) -> BaseModelOutput:
         """What every head does first: run the encoder (`self.model`), keeping its hidden states and attentions for
-        the head's output. Trainer's `num_items_in_batch` is the head's business and never reaches the encoder."""
-        kwargs.pop("num_items_in_batch", None)
+        the head's output."""
         return self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -543,7 +542,7 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
         )
 
     def _returned(self, output, return_dict: bool | None):
-        """What every head does last: its `ModelOutput`, or that output as a tuple (`return_dict=False`)."""
+        """What every forward does last: its `ModelOutput`, or that output as a tuple (`return_dict=False`)."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 
@@ -727,7 +726,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         kwargs.pop("num_items_in_batch", None)
 
         if output_attentions and self.config._attn_implementation != "eager":
@@ -788,7 +786,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             output_hidden_states=output_hidden_states,
             **kwargs,
         )
-        return outputs if return_dict else outputs.to_tuple()
+        return self._returned(outputs, return_dict)
 
 
 class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
