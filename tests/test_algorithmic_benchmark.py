@@ -168,15 +168,19 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     assert "paper, Table 1: randomized sin/cos" in text
 
 
-def test_the_window_arm_is_the_sinusoidal_run_evaluated_with_the_window(tmp_path):
-    """The window acts only past the training length, so the window arm trains exactly as the sinusoidal one: the
-    sinusoidal run writes both results, equal to a window run trained on its own."""
-    settings = _tiny_settings("sincos", steps=3)
-    sincos = run.train_run(settings, tmp_path / "runs", tmp_path / "ck")
-    derived = json.loads((tmp_path / "runs" / "reverse_string" / "window-seed0.json").read_text())
-    alone = run.train_run(_tiny_settings("window", steps=3), tmp_path / "alone", tmp_path / "ck-alone")
-    assert derived["settings"]["arm"] == "window" and derived["trained_as"] == "sincos"
-    assert derived["lengths"] == alone["lengths"] and derived["curve"] == sincos["curve"]
-    assert derived["lengths"]["4"] == sincos["lengths"]["4"]  # within the training length: no difference
-    args = run.parse_args(["--arms", "sincos", "window", "none", "--seeds", "0"])
-    assert [s.arm for s in run.planned_runs(args)] == ["sincos", "none"]
+@pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])
+def test_an_inference_only_arm_is_its_base_run_evaluated_again(tmp_path, derived_arm, base_arm):
+    """The window acts only past the training length and `position_sampling_inference` only in evaluation, so these
+    arms train exactly as their base arm: the base run writes both results, equal to a run trained on its own."""
+    base = run.train_run(_tiny_settings(base_arm, steps=3), tmp_path / "runs", tmp_path / "ck")
+    derived = json.loads((tmp_path / "runs" / "reverse_string" / f"{derived_arm}-seed0.json").read_text())
+    alone = run.train_run(_tiny_settings(derived_arm, steps=3), tmp_path / "alone", tmp_path / "ck-alone")
+    assert derived["settings"]["arm"] == derived_arm and derived["trained_as"] == base_arm
+    assert derived["lengths"] == alone["lengths"] and derived["curve"] == base["curve"]
+    if derived_arm == "window":
+        assert derived["lengths"]["4"] == base["lengths"]["4"]  # within the training length: no difference
+    kept = torch.load(tmp_path / "ck" / "reverse_string" / f"{base_arm}-seed0" / "model.pt", weights_only=False)
+    model = build_model(base_arm, get_task("reverse_string"), TINY, 4)
+    model.load_state_dict(kept["model"])  # the trained weights stay for later evaluations
+    args = run.parse_args(["--arms", base_arm, derived_arm, "none", "--seeds", "0"])
+    assert [s.arm for s in run.planned_runs(args)] == [base_arm, "none"]

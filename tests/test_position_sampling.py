@@ -84,6 +84,34 @@ def test_evaluation_draw_is_fixed_per_length_and_batch_independent():
         assert not torch.equal(reseeded._ordered_subset_positions(4, 12, mask, ids.device), positions)
 
 
+def test_evenly_spaced_inference_positions():
+    """`position_sampling_inference="evenly_spaced"`: ⌊k·L/n⌋ for the k-th of n real tokens, in evaluation only."""
+    model = subset_model(position_sampling_inference="evenly_spaced").eval()
+    ids, mask = padded_batch()
+    positions = model._ordered_subset_positions(4, 12, mask, ids.device)  # (B, T)
+    for row, real in zip(positions, mask.bool(), strict=True):
+        n = int(real.sum())
+        assert row[real].tolist() == [k * SPAN // n for k in range(n)]
+        assert (row[~real] == 0).all()
+    full = model._ordered_subset_positions(1, SPAN, None, ids.device)  # n = L: every position once
+    assert torch.equal(full[0], torch.arange(SPAN))
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask).last_hidden_state
+        for row in range(4):
+            length = int(mask[row].sum())
+            alone = model(ids[row : row + 1, :length]).last_hidden_state
+            torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=1e-5)
+        drawn = subset_model().eval()
+        drawn.load_state_dict(model.state_dict())
+        assert not torch.allclose(drawn(ids)[0], model(ids)[0])  # not the paper's draw
+    model.train()  # training draws, whatever the inference setting
+    drawn.train()
+    torch.manual_seed(0)
+    trained = model._ordered_subset_positions(4, 12, mask, ids.device)
+    torch.manual_seed(0)
+    assert torch.equal(trained, drawn._ordered_subset_positions(4, 12, mask, ids.device))
+
+
 def test_explicit_position_ids_override_the_sampling():
     model = subset_model().eval()
     plain = AutoModel.from_config(tiny_config()).eval()
@@ -102,11 +130,12 @@ def test_input_longer_than_the_range_is_refused():
 
 
 def test_saved_and_loaded_with_the_config(tmp_path):
-    model = subset_model(position_sampling_seed=5).eval()
+    model = subset_model(position_sampling_seed=5, position_sampling_inference="evenly_spaced").eval()
     model.save_pretrained(tmp_path)
     loaded = AutoModel.from_pretrained(tmp_path).eval()
     assert (loaded.config.position_sampling, loaded.config.position_sampling_range) == ("ordered_subset", SPAN)
     assert loaded.config.position_sampling_seed == 5
+    assert loaded.config.position_sampling_inference == "evenly_spaced"
     ids, mask = padded_batch()
     with torch.no_grad():
         assert torch.equal(loaded(ids, attention_mask=mask)[0], model(ids, attention_mask=mask)[0])
@@ -119,6 +148,7 @@ def test_saved_and_loaded_with_the_config(tmp_path):
         ({"position_sampling_range": 0}, "position_sampling_range"),
         ({"position_sampling_range": 2.5}, "position_sampling_range"),
         ({"position_sampling_seed": -1}, "position_sampling_seed"),
+        ({"position_sampling_inference": "grid"}, "position_sampling_inference"),
         ({"position_sampling": "ordered_subset", "random_position_offset": 8}, "random_position_offset"),
     ],
 )
@@ -127,11 +157,17 @@ def test_bad_sampling_settings_are_refused(overrides, field):
         tiny_config(**overrides)
 
 
-@pytest.mark.parametrize("sampling", ["consecutive", "ordered_subset"])
-def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling):
+@pytest.mark.parametrize(
+    ("sampling", "inference"),
+    [("consecutive", "draw"), ("ordered_subset", "draw"), ("ordered_subset", "evenly_spaced")],
+)
+def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling, inference):
     from sinusoidal_encoder_training.model_card import render_model_card
 
-    model = AutoModel.from_config(tiny_config(position_sampling=sampling, position_sampling_range=SPAN))
+    config = tiny_config(
+        position_sampling=sampling, position_sampling_range=SPAN, position_sampling_inference=inference
+    )
+    model = AutoModel.from_config(config)
     card = render_model_card(
         model,
         str(tmp_path),
@@ -144,3 +180,4 @@ def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling):
     assert ("randomized encoding of Ruoss et al." in card) == (sampling == "ordered_subset")
     if sampling == "ordered_subset":
         assert f"0…{SPAN - 1}" in card and f"at most {SPAN} tokens" in card
+        assert (f"⌊k·{SPAN}/n⌋" in card) == (inference == "evenly_spaced")

@@ -9,6 +9,9 @@ ReLU, post-LN, token embeddings × √d; google-deepmind/randomized_positional_e
                  positions up to 2,048 are seen in training (a shifted block: gaps are always 1)
     window       ours with `long_input_attention_window`: past the training length each token attends only to
                  tokens within half the training length
+    randomized_evenly
+                 the randomized arm's models with `position_sampling_inference="evenly_spaced"`: in evaluation the
+                 k-th of n tokens gets ⌊k·L/n⌋ instead of a random draw (training is the randomized arm's)
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from benchmarks.length_generalization import bert_config, disable_position_encod
 
 from .tasks import PAD, Task, vocab_size
 
-ARMS = ("sincos", "none", "learned", "randomized", "offset", "window")
+ARMS = ("sincos", "none", "learned", "randomized", "offset", "window", "randomized_evenly")
 # arms that train exactly as another arm and differ only at inference: the window acts on inputs longer than the
-# training length, which training never sees. Their runs are the base arm's runs, evaluated once more.
-EVALUATED_FROM = {"window": "sincos"}
+# training length, which training never sees; `position_sampling_inference` acts in evaluation mode only. Their runs
+# are the base arm's runs, evaluated once more.
+EVALUATED_FROM = {"window": "sincos", "randomized_evenly": "randomized"}
 POSITION_RANGE = 2048  # the reference code's `noise_max_length`: positions the randomized arms train on
 
 
@@ -63,6 +67,8 @@ def inference_overrides(arm: str, task: Task, train_length: int) -> dict:
     """The config fields that make `arm`'s inference differ from its base arm's (see `EVALUATED_FROM`)."""
     if arm == "window":
         return {"long_input_attention_window": task.sequence_length(train_length) // 2}
+    if arm == "randomized_evenly":
+        return {"position_sampling_inference": "evenly_spaced"}
     return {}
 
 
@@ -75,10 +81,12 @@ def build_model(arm: str, task: Task, size: ModelSize, train_length: int):
         config.num_labels = task.symbols
         config.classifier_dropout = 0.0
         return BertForTokenClassification(config)
+    randomized = {"position_sampling": "ordered_subset", "position_sampling_range": POSITION_RANGE}
     overrides = {
         "sincos": {},
         "none": {},
-        "randomized": {"position_sampling": "ordered_subset", "position_sampling_range": POSITION_RANGE},
+        "randomized": randomized,
+        "randomized_evenly": randomized | inference_overrides("randomized_evenly", task, train_length),
         "offset": {"random_position_offset": POSITION_RANGE - task.sequence_length(train_length)},
         "window": inference_overrides("window", task, train_length),
     }[arm]

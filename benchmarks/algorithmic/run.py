@@ -8,7 +8,8 @@ seed trains on the same batches (a data generator of its own, seeded by the seed
 
 A run writes `benchmarks/algorithmic/runs/<task>/<arm>-seed<seed>.json` when it ends and a checkpoint under
 `outputs/algorithmic/` every `--checkpoint_every` steps, so a killed benchmark resumes where it stopped: finished
-runs are skipped, unfinished ones continue from their checkpoint with the same RNG states.
+runs are skipped, unfinished ones continue from their checkpoint with the same RNG states. A finished run leaves
+its trained weights there (`model.pt`).
 
     python -m benchmarks.algorithmic.run --tasks reverse_string --seeds 0 1 2 --jobs 2
     python -m benchmarks.algorithmic.report          # the table and plot of every finished run
@@ -222,7 +223,8 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
     out.write_text(json.dumps(result, indent=1) + "\n")
     for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
         _evaluate_derived(model, task, replace(settings, arm=derived), result, results)
-    checkpoint.unlink(missing_ok=True)
+    _save({"model": model.state_dict(), "settings": asdict(settings)}, checkpoint.with_name("model.pt"))
+    checkpoint.unlink(missing_ok=True)  # the trained weights stay, for evaluations added later
     return result
 
 

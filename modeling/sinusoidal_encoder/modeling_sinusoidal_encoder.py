@@ -696,7 +696,8 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
     ) -> torch.LongTensor:
         """`position_sampling="ordered_subset"`: for each sequence of n real tokens, n distinct positions drawn
-        uniformly from 0…L-1 and sorted, given to the real tokens in order (padding gets 0). Returns `(B, T)`."""
+        uniformly from 0…L-1 and sorted, given to the real tokens in order (padding gets 0); in evaluation mode with
+        `position_sampling_inference="evenly_spaced"`, ⌊k·L/n⌋ for the k-th of n real tokens. Returns `(B, T)`."""
         span = self.config.position_sampling_range
         if seq_len > span:
             raise ValueError(
@@ -709,6 +710,10 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             else torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
         )  # (B, T)
         lengths = real.sum(-1)  # (B,)
+        rank = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): index of each real token among the real ones
+        if not self.training and self.config.position_sampling_inference == "evenly_spaced":
+            spaced = rank * span // lengths.clamp(min=1).unsqueeze(-1)  # (B, T): ⌊k·L/n⌋, distinct since n ≤ L
+            return spaced.masked_fill(~real, 0)
         if self.training:  # the global RNG, like dropout: seeded by set_seed, restored by accelerate checkpoints
             keys = torch.rand(batch_size, span, device=device)  # (B, L)
         else:  # one fixed draw per length: the same input gets the same positions in any batch
@@ -721,7 +726,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         chosen = keys.topk(seq_len, dim=-1).indices  # (B, T)
         beyond = torch.arange(seq_len, device=device) >= lengths.unsqueeze(-1)  # (B, T)
         ordered = chosen.masked_fill(beyond, span).sort(dim=-1).values  # (B, T): the n sorted positions, then L…
-        rank = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): index of each real token among the real ones
         return ordered.gather(-1, rank).masked_fill(~real, 0)  # (B, T)
 
     def forward(

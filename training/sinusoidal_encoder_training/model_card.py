@@ -128,6 +128,7 @@ def render_model_card(
         "long_input_window": getattr(config, "long_input_attention_window", None),
         "randomized_positions": getattr(config, "position_sampling", "consecutive") == "ordered_subset",
         "position_range": getattr(config, "position_sampling_range", None),
+        "evenly_spaced": getattr(config, "position_sampling_inference", "draw") == "evenly_spaced",
         "intended_uses": intended_uses
         or "A masked-language model: fill in masked tokens, or fine-tune it for classification, tagging or "
         "extractive question answering, or use its hidden states as features.",
