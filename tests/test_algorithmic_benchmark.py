@@ -184,3 +184,27 @@ def test_an_inference_only_arm_is_its_base_run_evaluated_again(tmp_path, derived
     model.load_state_dict(kept["model"])  # the trained weights stay for later evaluations
     args = run.parse_args(["--arms", base_arm, derived_arm, "none", "--seeds", "0"])
     assert [s.arm for s in run.planned_runs(args)] == [base_arm, "none"]
+
+
+@pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])
+def test_an_arm_added_after_its_base_run_is_evaluated_from_the_kept_weights(tmp_path, derived_arm, base_arm):
+    runs, kept = tmp_path / "runs", tmp_path / "ck"
+    run.train_run(_tiny_settings(base_arm, steps=3), runs, kept)
+    derived_json = runs / "reverse_string" / f"{derived_arm}-seed0.json"
+    first = json.loads(derived_json.read_text())
+
+    derived_json.unlink()  # asked for on its own: evaluated from model.pt, nothing trained
+    assert run.train_run(_tiny_settings(derived_arm, steps=3), runs, kept)["lengths"] == first["lengths"]
+    assert not (kept / "reverse_string" / f"{derived_arm}-seed0").exists()
+
+    derived_json.unlink()  # asked for with its finished base run: filled in
+    run.train_run(_tiny_settings(base_arm, steps=3), runs, kept)
+    assert json.loads(derived_json.read_text())["lengths"] == first["lengths"]
+
+    derived_json.unlink()  # weights trained with other settings are not used: the arm trains on its own
+    saved = kept / "reverse_string" / f"{base_arm}-seed0" / "model.pt"
+    state = torch.load(saved, weights_only=False)
+    torch.save({**state, "settings": {**state["settings"], "steps": 99}}, saved)
+    again = run.train_run(_tiny_settings(derived_arm, steps=3), runs, kept)
+    assert again["lengths"] == first["lengths"]
+    assert "trained_as" not in again

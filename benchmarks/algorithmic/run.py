@@ -9,7 +9,7 @@ seed trains on the same batches (a data generator of its own, seeded by the seed
 A run writes `benchmarks/algorithmic/runs/<task>/<arm>-seed<seed>.json` when it ends and a checkpoint under
 `outputs/algorithmic/` every `--checkpoint_every` steps, so a killed benchmark resumes where it stopped: finished
 runs are skipped, unfinished ones continue from their checkpoint with the same RNG states. A finished run leaves
-its trained weights there (`model.pt`).
+its trained weights there (`model.pt`), from which an evaluation-only arm added later is evaluated.
 
     python -m benchmarks.algorithmic.run --tasks reverse_string --seeds 0 1 2 --jobs 2
     python -m benchmarks.algorithmic.report          # the table and plot of every finished run
@@ -145,11 +145,18 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
     task = get_task(settings.task)
     out = results / settings.task / f"{settings.name}.json"
     if out.exists():
+        for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
+            if not (results / settings.task / f"{derived}-seed{settings.seed}.json").exists():
+                _evaluate_saved(replace(settings, arm=derived), results, checkpoints)  # an arm added later
         return json.loads(out.read_text())
     base = EVALUATED_FROM.get(settings.arm)
-    if base is not None and not (results / settings.task / f"{base}-seed{settings.seed}.json").exists():
-        train_run(replace(settings, arm=base), results, checkpoints)  # writes this arm's result too
-        return json.loads(out.read_text())
+    if base is not None:
+        if not (results / settings.task / f"{base}-seed{settings.seed}.json").exists():
+            train_run(replace(settings, arm=base), results, checkpoints)  # writes this arm's result too
+            return json.loads(out.read_text())
+        if _evaluate_saved(settings, results, checkpoints):
+            return json.loads(out.read_text())
+        # the base run's weights are gone: train this arm on its own, which trains exactly as the base arm
     checkpoint = checkpoints / settings.task / settings.name / "checkpoint.pt"
     torch.manual_seed(settings.seed)
     model = build_model(settings.arm, task, settings.size, settings.train_length)
@@ -242,6 +249,25 @@ def _evaluate_derived(model, task: Task, settings: RunSettings, trained: dict, r
     }
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
     (results / settings.task / f"{settings.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path) -> bool:
+    """Evaluate the derived arm `settings.arm` from its base run's kept weights (`model.pt`) if they are there and
+    were trained with the same settings; returns whether it did."""
+    base = replace(settings, arm=EVALUATED_FROM[settings.arm])
+    saved = checkpoints / settings.task / base.name / "model.pt"
+    if not saved.exists():
+        return False
+    state = torch.load(saved, weights_only=False)
+    if state["settings"] != asdict(base):
+        return False
+    task = get_task(settings.task)
+    torch.manual_seed(settings.seed)
+    model = build_model(base.arm, task, settings.size, settings.train_length)
+    model.load_state_dict(state["model"])
+    trained = json.loads((results / settings.task / f"{base.name}.json").read_text())
+    _evaluate_derived(model, task, settings, trained, results)
+    return True
 
 
 def _worker(settings: RunSettings, results: str, checkpoints: str) -> dict:
