@@ -11,6 +11,9 @@ positions ⌊start + k·span/T⌋ for the k-th of T tokens:
 - span = L/2, from 0 and from L/2 (half the range: the training gaps of short inputs, a wrong fraction);
 - span = L from 0 (what `position_sampling_inference="evenly_spaced"` gives).
 
+For the first seed it also scores lengths 120 and 500 with the whole range, the accuracy by tenth of the output
+(do the errors gather near an end?), with positions ⌊k·L/T⌋ and unrounded k·L/T.
+
     python -m benchmarks.algorithmic.probes.position_span reverse_string randomized_evenly 0 1 2
 
 Loads `outputs/algorithmic/<task>/<arm>-seed<seed>/model.pt` (a randomized or randomized_evenly run: the same
@@ -50,6 +53,23 @@ def accuracy(model, task, length: int, start: int, span: int) -> float:
     return 100 * torch.cat(correct).mean().item()
 
 
+@torch.no_grad()
+def accuracy_by_tenth(model, task, length: int, exact: bool) -> list[float]:
+    """Past the training length, with the evenly spaced positions k·L/T (exact, or ⌊k·L/T⌋ as the config gives):
+    per-token accuracy in each tenth of the output, to see whether the errors gather somewhere."""
+    correct = []
+    for batch in test_batches(task, length, EXAMPLES):
+        tokens = batch.input_ids.shape[1]
+        steps = torch.arange(tokens, dtype=torch.float64 if exact else torch.long) * POSITION_RANGE
+        positions = (steps / tokens if exact else steps // tokens).unsqueeze(0)  # (1, T)
+        logits = model(input_ids=batch.input_ids, position_ids=positions).logits  # (B, T, symbols)
+        predicted = logits[:, -batch.targets.shape[1] :].argmax(-1)  # (B, m)
+        correct.append((predicted == batch.targets).float())  # (B, m)
+    by_output = torch.cat(correct).mean(dim=0)  # (m,)
+    m = by_output.shape[0]
+    return [100 * by_output[i * m // 10 : (i + 1) * m // 10].mean().item() for i in range(10)]
+
+
 def main() -> None:
     torch.set_num_threads(1)
     task_name, arm, seeds = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3:]]
@@ -73,6 +93,16 @@ def main() -> None:
             rows["0…L"].append(accuracy(model, task, n, 0, POSITION_RANGE))
         means = [sum(values) / len(values) for values in rows.values()]
         print(f"{seed} | " + " | ".join(f"{m:.1f}" for m in means), flush=True)
+        if seed == seeds[0]:
+            for n in (120, 500):
+                for exact in (False, True):
+                    tenths = accuracy_by_tenth(model, task, n, exact)
+                    label = "k·L/T exact" if exact else "⌊k·L/T⌋"
+                    print(
+                        f"  length {n}, {label}: mean {sum(tenths) / 10:.1f}; by tenth of the output "
+                        + " ".join(f"{t:.0f}" for t in tenths),
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":
