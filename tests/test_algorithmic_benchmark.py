@@ -168,6 +168,18 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     assert "paper, Table 1: randomized sin/cos" in text
 
 
+def test_budget_table_sets_a_larger_batch_beside_the_benchmark_run(tmp_path):
+    run.train_run(_tiny_settings("randomized", steps=3), tmp_path / "runs", tmp_path / "ck")
+    run.train_run(
+        _tiny_settings("randomized", steps=3, batch_size=16), tmp_path / "probes" / "batch16", tmp_path / "ck"
+    )
+    rows = report.budget_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
+    # each run beside the benchmark's run of the same arm and seed (the randomized run also wrote randomized_evenly)
+    assert [row.split(" | ")[1:4] for row in rows] == [
+        [arm, "0", steps] for arm in ("randomized", "randomized_evenly") for steps in ("3 × 8", "3 × 16")
+    ]
+
+
 @pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])
 def test_an_inference_only_arm_is_its_base_run_evaluated_again(tmp_path, derived_arm, base_arm):
     """The window acts only past the training length and `position_sampling_inference` only in evaluation, so these

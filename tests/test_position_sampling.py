@@ -178,6 +178,7 @@ def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling, infe
     )
     assert "benchmarks/algorithmic" in card
     assert ("randomized encoding of Ruoss et al." in card) == (sampling == "ordered_subset")
+    assert ("Leave `position_ids` to the model" in card) == (sampling == "ordered_subset")
     if sampling == "ordered_subset":
         assert f"0…{SPAN - 1}" in card and f"at most {SPAN} tokens" in card
         assert (f"⌊k·{SPAN}/n⌋" in card) == (inference == "evenly_spaced")

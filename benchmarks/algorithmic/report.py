@@ -194,6 +194,28 @@ def study_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def budget_table(results: Path, probes: Path) -> str:
+    """Runs trained with a larger batch (`probes`/batch*/<task>/<arm>-seed<s>.json) beside the benchmark's runs of
+    the same task, arm and seed: in distribution, each bucket past it, the 41–500 mean and the training time."""
+    rows = []
+    for path in sorted(probes.glob("batch*/*/*.json")):
+        run = json.loads(path.read_text())
+        s = run["settings"]
+        base = results / s["task"] / f"{s['arm']}-seed{s['seed']}.json"
+        rows += [json.loads(base.read_text())] if base.exists() else []
+        rows.append(run)
+    buckets = [b["bucket"] for b in rows[0]["buckets"]]
+    header = ["task", "arm", "seed", "steps × batch", *buckets, "41–500 mean", "training (min)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in rows:
+        s = run["settings"]
+        cells = [s["task"], s["arm"], str(s["seed"]), f"{s['steps']:,} × {s['batch_size']}"]
+        cells += [f"{100 * b['accuracy']:.1f}" for b in run["buckets"]]
+        cells += [f"{100 * past_training_mean(run):.1f}", f"{run['train_seconds'] / 60:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
     import matplotlib
 
@@ -280,6 +302,18 @@ def report(
             "the runs of the table above.",
             "",
             study_table(studies),
+        ]
+    if list((HERE / "runs-probes").glob("batch*/*/*.json")) and results == RESULTS:
+        parts += [
+            "",
+            "## Budget study: the paper's batch of 128",
+            "",
+            "The randomized arm trained with batches of 128 inputs (the reference code's) instead of 32, the other "
+            "settings unchanged (`runs-probes/batch128/`), each row beside the benchmark's run of the same task and "
+            "seed (batch 32). Per-token accuracy (%) by bucket of input lengths; `randomized_evenly` is the same "
+            "weights evaluated with evenly spaced positions.",
+            "",
+            budget_table(results, HERE / "runs-probes"),
         ]
     text = "\n".join(parts) + "\n"
     out.write_text(text)
