@@ -169,15 +169,18 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
 
 
 def test_budget_table_sets_a_larger_batch_beside_the_benchmark_run(tmp_path):
-    run.train_run(_tiny_settings("randomized", steps=3), tmp_path / "runs", tmp_path / "ck")
+    for seed in (0, 1):
+        run.train_run(_tiny_settings("randomized", seed=seed, steps=3), tmp_path / "runs", tmp_path / "ck")
     run.train_run(
         _tiny_settings("randomized", steps=3, batch_size=16), tmp_path / "probes" / "batch16", tmp_path / "ck"
     )
     rows = report.budget_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
-    # each run beside the benchmark's run of the same arm and seed (the randomized run also wrote randomized_evenly)
+    # per arm, the benchmark's run of the seeds the larger batch ran (seed 0 only), then the larger batch
+    # (the randomized run also wrote randomized_evenly)
     assert [row.split(" | ")[1:4] for row in rows] == [
-        [arm, "0", steps] for arm in ("randomized", "randomized_evenly") for steps in ("3 × 8", "3 × 16")
+        [arm, steps, "0"] for arm in ("randomized", "randomized_evenly") for steps in ("3 × 8", "3 × 16")
     ]
+    assert all(row.endswith("| CPU, 1 thread |") for row in rows)
 
 
 @pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])

@@ -100,8 +100,8 @@ def accuracy_at(model, task: Task, length: int, examples: int) -> dict[str, floa
     model.eval()
     correct, majority = [], []
     for batch in test_batches(task, length, examples):
-        logits = model(input_ids=batch.input_ids).logits  # (B, n + m, symbols)
-        predicted = logits[:, -batch.targets.shape[1] :].argmax(-1)  # (B, m)
+        logits = model(input_ids=batch.input_ids.to(model.device)).logits  # (B, n + m, symbols)
+        predicted = logits[:, -batch.targets.shape[1] :].argmax(-1).cpu()  # (B, m)
         correct.append((predicted == batch.targets).float().mean(dim=1))  # (B,)
         majority.append(majority_accuracy(batch.targets))
     model.train(was_training)
@@ -128,8 +128,9 @@ def evaluate(model, task: Task, settings: RunSettings) -> dict:
 
 
 def loss_of(model, batch) -> torch.Tensor:
-    logits = model(input_ids=batch.input_ids).logits  # (B, n + m, symbols)
-    return F.cross_entropy(logits.flatten(0, 1).float(), batch.labels.flatten())  # mean over the blanks
+    logits = model(input_ids=batch.input_ids.to(model.device)).logits  # (B, n + m, symbols)
+    labels = batch.labels.to(model.device)  # (B, n + m)
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())  # mean over the blanks
 
 
 def _save(state: dict, path: Path) -> None:
@@ -139,27 +140,31 @@ def _save(state: dict, path: Path) -> None:
     os.replace(partial, path)  # a kill leaves the old checkpoint or the new one, never half of one
 
 
-def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path = CHECKPOINTS) -> dict:
-    """Train one run to `settings.steps`, resuming from its checkpoint if there is one; evaluate; write the result."""
+def train_run(
+    settings: RunSettings, results: Path = RESULTS, checkpoints: Path = CHECKPOINTS, device: str = "cpu"
+) -> dict:
+    """Train one run to `settings.steps` on `device`, resuming from its checkpoint if there is one; evaluate; write
+    the result. The data and the initial weights come from CPU generators whatever the device; on a GPU the
+    randomized arm's position draws use the GPU's generator (seeded and checkpointed as well)."""
     settings.check()
     task = get_task(settings.task)
     out = results / settings.task / f"{settings.name}.json"
     if out.exists():
         for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
             if not (results / settings.task / f"{derived}-seed{settings.seed}.json").exists():
-                _evaluate_saved(replace(settings, arm=derived), results, checkpoints)  # an arm added later
+                _evaluate_saved(replace(settings, arm=derived), results, checkpoints, device)  # added later
         return json.loads(out.read_text())
     base = EVALUATED_FROM.get(settings.arm)
     if base is not None:
         if not (results / settings.task / f"{base}-seed{settings.seed}.json").exists():
-            train_run(replace(settings, arm=base), results, checkpoints)  # writes this arm's result too
+            train_run(replace(settings, arm=base), results, checkpoints, device)  # writes this arm's result too
             return json.loads(out.read_text())
-        if _evaluate_saved(settings, results, checkpoints):
+        if _evaluate_saved(settings, results, checkpoints, device):
             return json.loads(out.read_text())
         # the base run's weights are gone: train this arm on its own, which trains exactly as the base arm
     checkpoint = checkpoints / settings.task / settings.name / "checkpoint.pt"
     torch.manual_seed(settings.seed)
-    model = build_model(settings.arm, task, settings.size, settings.train_length)
+    model = build_model(settings.arm, task, settings.size, settings.train_length).to(device)
     data = torch.Generator().manual_seed(settings.seed)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -171,12 +176,14 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
     scheduler = get_scheduler(settings.lr_scheduler_type, optimizer, settings.warmup_steps, settings.steps)
     step, curve, window, seconds = 0, [], [], 0.0
     if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        data.set_state(state["data_rng"])
-        torch.set_rng_state(state["torch_rng"])
+        data.set_state(state["data_rng"].cpu())
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"].cpu())
         step, curve, window, seconds = state["step"], state["curve"], state.get("window", []), state["seconds"]
     model.train()
     started = time.perf_counter() - seconds
@@ -209,6 +216,7 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
                     "scheduler": scheduler.state_dict(),
                     "data_rng": data.get_state(),
                     "torch_rng": torch.get_rng_state(),
+                    **({"cuda_rng": torch.cuda.get_rng_state()} if model.device.type == "cuda" else {}),
                     "step": step,
                     "curve": curve,
                     "window": window,  # training losses since the last curve point
@@ -223,6 +231,7 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
         "train_seconds": round(train_seconds, 1),
         "eval_seconds": round(time.perf_counter() - started - train_seconds, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "device": torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else model.device.type,
         "curve": curve,
         **evaluation,
     }
@@ -230,7 +239,8 @@ def train_run(settings: RunSettings, results: Path = RESULTS, checkpoints: Path 
     out.write_text(json.dumps(result, indent=1) + "\n")
     for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
         _evaluate_derived(model, task, replace(settings, arm=derived), result, results)
-    _save({"model": model.state_dict(), "settings": asdict(settings)}, checkpoint.with_name("model.pt"))
+    weights = {name: tensor.cpu() for name, tensor in model.state_dict().items()}  # loadable without a GPU
+    _save({"model": weights, "settings": asdict(settings)}, checkpoint.with_name("model.pt"))
     checkpoint.unlink(missing_ok=True)  # the trained weights stay, for evaluations added later
     return result
 
@@ -251,28 +261,28 @@ def _evaluate_derived(model, task: Task, settings: RunSettings, trained: dict, r
     (results / settings.task / f"{settings.name}.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
-def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path) -> bool:
+def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path, device: str = "cpu") -> bool:
     """Evaluate the derived arm `settings.arm` from its base run's kept weights (`model.pt`) if they are there and
     were trained with the same settings; returns whether it did."""
     base = replace(settings, arm=EVALUATED_FROM[settings.arm])
     saved = checkpoints / settings.task / base.name / "model.pt"
     if not saved.exists():
         return False
-    state = torch.load(saved, weights_only=False)
+    state = torch.load(saved, weights_only=False, map_location=device)
     if state["settings"] != asdict(base):
         return False
     task = get_task(settings.task)
     torch.manual_seed(settings.seed)
-    model = build_model(base.arm, task, settings.size, settings.train_length)
+    model = build_model(base.arm, task, settings.size, settings.train_length).to(device)
     model.load_state_dict(state["model"])
     trained = json.loads((results / settings.task / f"{base.name}.json").read_text())
     _evaluate_derived(model, task, settings, trained, results)
     return True
 
 
-def _worker(settings: RunSettings, results: str, checkpoints: str) -> dict:
+def _worker(settings: RunSettings, results: str, checkpoints: str, device: str) -> dict:
     torch.set_num_threads(1)  # two one-thread runs beat one two-thread run on this machine's 2 cores
-    return train_run(settings, Path(results), Path(checkpoints))
+    return train_run(settings, Path(results), Path(checkpoints), device)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -294,6 +304,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lengths_per_bucket", type=int, default=RunSettings.lengths_per_bucket, help="Test lengths per bucket."
     )
     parser.add_argument("--jobs", type=int, default=2, help="Runs in parallel, one thread each.")
+    parser.add_argument(
+        "--device", default="cpu", help="Where runs train and evaluate ('cuda': several jobs share the GPU)."
+    )
     parser.add_argument("--results_dir", default=str(RESULTS), help="Where finished runs are written.")
     parser.add_argument("--checkpoint_dir", default=str(CHECKPOINTS), help="Where unfinished runs keep their state.")
     args = parser.parse_args(argv)
@@ -341,11 +354,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = []
     if args.jobs == 1:
         for settings in runs:
-            results.append(train_run(settings, Path(args.results_dir), Path(args.checkpoint_dir)))
+            results.append(train_run(settings, Path(args.results_dir), Path(args.checkpoint_dir), args.device))
             print(describe(settings, results[-1]), flush=True)
         return results
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(_worker, s, args.results_dir, args.checkpoint_dir): s for s in runs}
+        futures = {pool.submit(_worker, s, args.results_dir, args.checkpoint_dir, args.device): s for s in runs}
         for future in as_completed(futures):
             results.append(future.result())
             print(describe(futures[future], results[-1]), flush=True)
