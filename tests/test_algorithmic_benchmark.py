@@ -120,13 +120,8 @@ def _tiny_settings(arm: str, **overrides) -> run.RunSettings:
     return run.RunSettings(**values)
 
 
-@pytest.mark.parametrize("arm", ["randomized", "learned"])
-def test_a_killed_run_resumes_to_the_same_result(tmp_path, monkeypatch, arm):
-    """Kill after step 5 (checkpoint at 4): the resumed run ends exactly where an uninterrupted one does, including
-    the randomized arm, whose positions come from the global RNG."""
-    settings = _tiny_settings(arm)
-    whole = run.train_run(settings, tmp_path / "whole", tmp_path / "ck-whole")
-
+def kill_then_resume(settings: run.RunSettings, tmp_path, monkeypatch, device: str = "cpu") -> dict:
+    """Train `settings`, killed after step 5 (checkpoint at 4), then run it again: the resumed run's result."""
     calls = {"n": 0}
     real_make_batch = run.make_batch
 
@@ -138,10 +133,19 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path, monkeypatch, arm):
 
     monkeypatch.setattr(run, "make_batch", dying_make_batch)
     with pytest.raises(KeyboardInterrupt):
-        run.train_run(settings, tmp_path / "resumed", tmp_path / "ck")
-    assert (tmp_path / "ck" / "reverse_string" / f"{arm}-seed0" / "checkpoint.pt").exists()
+        run.train_run(settings, tmp_path / "resumed", tmp_path / "ck", device)
+    assert (tmp_path / "ck" / settings.task / settings.name / "checkpoint.pt").exists()
     monkeypatch.setattr(run, "make_batch", real_make_batch)
-    resumed = run.train_run(settings, tmp_path / "resumed", tmp_path / "ck")
+    return run.train_run(settings, tmp_path / "resumed", tmp_path / "ck", device)
+
+
+@pytest.mark.parametrize("arm", ["randomized", "learned"])
+def test_a_killed_run_resumes_to_the_same_result(tmp_path, monkeypatch, arm):
+    """Kill after step 5 (checkpoint at 4): the resumed run ends exactly where an uninterrupted one does, including
+    the randomized arm, whose positions come from the global RNG."""
+    settings = _tiny_settings(arm)
+    whole = run.train_run(settings, tmp_path / "whole", tmp_path / "ck-whole")
+    resumed = kill_then_resume(settings, tmp_path, monkeypatch)
     assert resumed["lengths"] == whole["lengths"]
     assert [p["train_loss"] for p in resumed["curve"]] == [p["train_loss"] for p in whole["curve"]]
     assert not (tmp_path / "ck" / "reverse_string" / f"{arm}-seed0" / "checkpoint.pt").exists()

@@ -164,26 +164,13 @@ def test_an_algorithmic_run_trains_on_cuda_and_resumes_after_a_kill(tmp_path, mo
     """`benchmarks.algorithmic.run --device cuda`: the randomized arm (positions drawn on the GPU) killed after
     step 5 resumes from its step-4 checkpoint (the GPU's RNG state included) to the uninterrupted run's result, up
     to the GPU's nondeterministic kernels; its kept weights load without a GPU."""
-    from test_algorithmic_benchmark import _tiny_settings
+    from test_algorithmic_benchmark import _tiny_settings, kill_then_resume
 
     from benchmarks.algorithmic import run
 
     settings = _tiny_settings("randomized")
     whole = run.train_run(settings, tmp_path / "whole", tmp_path / "ck-whole", device="cuda")
-    calls = {"n": 0}
-    real_make_batch = run.make_batch
-
-    def dying_make_batch(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 6:
-            raise KeyboardInterrupt
-        return real_make_batch(*args, **kwargs)
-
-    monkeypatch.setattr(run, "make_batch", dying_make_batch)
-    with pytest.raises(KeyboardInterrupt):
-        run.train_run(settings, tmp_path / "resumed", tmp_path / "ck", device="cuda")
-    monkeypatch.setattr(run, "make_batch", real_make_batch)
-    resumed = run.train_run(settings, tmp_path / "resumed", tmp_path / "ck", device="cuda")
+    resumed = kill_then_resume(settings, tmp_path, monkeypatch, device="cuda")
     assert resumed["device"] == torch.cuda.get_device_name(0)
     torch.testing.assert_close(
         [p["train_loss"] for p in resumed["curve"]], [p["train_loss"] for p in whole["curve"]], rtol=1e-4, atol=1e-5
