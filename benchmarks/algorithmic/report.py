@@ -222,8 +222,8 @@ def budget_table(results: Path, probes: Path) -> str:
         scores = [past_training_mean(run) for run in runs]
         cells += [_spread(scores), f"{100 * max(scores):.1f}"]
         minutes = [run["train_seconds"] / 60 for run in runs if run.get("train_seconds") is not None]
-        span = f"{min(minutes):.0f}" if round(min(minutes)) == round(max(minutes or [0])) else ""
-        cells.append((span or f"{min(minutes):.0f}–{max(minutes):.0f}") if minutes else "")
+        low, high = (f"{min(minutes):.0f}", f"{max(minutes):.0f}") if minutes else ("", "")
+        cells.append(low if low == high else f"{low}–{high}")  # empty where no run kept its training time
         cells.append(runs[0].get("device", "cpu").replace("cpu", "CPU, 1 thread"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
