@@ -172,17 +172,20 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     assert "paper, Table 1: randomized sin/cos" in text
 
 
-def test_budget_table_sets_a_larger_batch_beside_the_benchmark_run(tmp_path):
+def test_budget_table_sets_larger_batches_and_more_steps_beside_the_benchmark_run(tmp_path):
     for seed in (0, 1):
         run.train_run(_tiny_settings("randomized", seed=seed, steps=3), tmp_path / "runs", tmp_path / "ck")
     run.train_run(
         _tiny_settings("randomized", steps=3, batch_size=16), tmp_path / "probes" / "batch16", tmp_path / "ck"
     )
+    run.train_run(_tiny_settings("randomized", steps=6), tmp_path / "probes" / "steps6", tmp_path / "ck")
+    (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the budget studies stays out of the table
+    (tmp_path / "probes" / "reverse_string" / "sincos-seed0.json").write_text("{}")
     rows = report.budget_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
-    # per arm, the benchmark's run of the seeds the larger batch ran (seed 0 only), then the larger batch
-    # (the randomized run also wrote randomized_evenly)
+    # per arm, the benchmark's run of the seeds the studies ran (seed 0 only), then the larger budgets, by
+    # inputs seen (batch 16 before twice the steps at equal inputs); the randomized run also wrote randomized_evenly
     assert [row.split(" | ")[1:4] for row in rows] == [
-        [arm, steps, "0"] for arm in ("randomized", "randomized_evenly") for steps in ("3 × 8", "3 × 16")
+        [arm, budget, "0"] for arm in ("randomized", "randomized_evenly") for budget in ("3 × 8", "3 × 16", "6 × 8")
     ]
     assert all(row.endswith("| CPU, 1 thread |") for row in rows)
 

@@ -194,30 +194,39 @@ def study_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+BUDGET_STUDIES = ("batch*", "steps*")  # folders of `runs-probes/` that change only the training budget
+
+
+def budget_runs(probes: Path) -> list[Path]:
+    """The budget studies' runs: `probes`/batch*/ (larger batches) and `probes`/steps*/ (more steps)."""
+    return sorted(path for pattern in BUDGET_STUDIES for path in probes.glob(f"{pattern}/*/*.json"))
+
+
 def budget_table(results: Path, probes: Path) -> str:
-    """Runs trained with larger batches (`probes`/batch*/<task>/<arm>-seed<s>.json) beside the benchmark's runs of
-    the same task, arm and seeds: per (task, arm, batch), mean ± sd over those seeds in each bucket, the 41–500 mean,
-    the best seed's, the minutes of training per run and where it ran."""
-    groups: dict[tuple[str, str, int], list[dict]] = {}
-    for path in sorted(probes.glob("batch*/*/*.json")):
+    """Runs trained with a larger budget (`budget_runs`: more inputs per step or more steps) beside the benchmark's
+    runs of the same task, arm and seeds: per (task, arm, steps, batch), mean ± sd over those seeds in each bucket,
+    the 41–500 mean, the best seed's, the minutes of training per run and where it ran."""
+    groups: dict[tuple[str, str, int, int], list[dict]] = {}
+    for path in budget_runs(probes):
         run = json.loads(path.read_text())
         s = run["settings"]
-        groups.setdefault((s["task"], s["arm"], s["batch_size"]), []).append(run)
+        groups.setdefault((s["task"], s["arm"], s["steps"], s["batch_size"]), []).append(run)
         base = results / s["task"] / f"{s['arm']}-seed{s['seed']}.json"
-        if base.exists():  # the benchmark's run of the same seed, once per (task, arm, batch) and seed
+        if base.exists():  # the benchmark's run of the same seed, once per (task, arm) and seed
             run = json.loads(base.read_text())
-            group = groups.setdefault((s["task"], s["arm"], run["settings"]["batch_size"]), [])
+            b = run["settings"]
+            group = groups.setdefault((b["task"], b["arm"], b["steps"], b["batch_size"]), [])
             if all(other["settings"]["seed"] != s["seed"] for other in group):
                 group.append(run)
     buckets = [b["bucket"] for b in next(iter(groups.values()))[0]["buckets"]]
     header = ["task", "arm", "steps × batch", "seeds", *buckets, "41–500 mean", "41–500 max", "min per run", "on"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (task, arm, batch), runs in sorted(
-        groups.items(), key=lambda item: (item[0][0], ARMS.index(item[0][1]), item[0][2])
+    for (task, arm, steps, batch), runs in sorted(
+        groups.items(), key=lambda item: (item[0][0], ARMS.index(item[0][1]), item[0][2] * item[0][3], item[0][2])
     ):
         runs.sort(key=lambda run: run["settings"]["seed"])
         seeds = ", ".join(str(run["settings"]["seed"]) for run in runs)
-        cells = [task, arm, f"{runs[0]['settings']['steps']:,} × {batch}", seeds]
+        cells = [task, arm, f"{steps:,} × {batch}", seeds]
         cells += [_spread([run["buckets"][i]["accuracy"] for run in runs]) for i in range(len(buckets))]
         scores = [past_training_mean(run) for run in runs]
         cells += [_spread(scores), f"{100 * max(scores):.1f}"]
@@ -316,7 +325,7 @@ def report(
             "",
             study_table(studies),
         ]
-    if list((HERE / "runs-probes").glob("batch*/*/*.json")) and results == RESULTS:
+    if budget_runs(HERE / "runs-probes") and results == RESULTS:
         parts += [
             "",
             "## Budget study: larger batches",
