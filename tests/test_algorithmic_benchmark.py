@@ -10,7 +10,9 @@ import torch
 from transformers import get_scheduler
 
 from benchmarks.algorithmic import report, run
-from benchmarks.algorithmic.arms import ARMS, ModelSize, build_model
+from benchmarks.algorithmic.arms import ARMS, POSITION_RANGE, ModelSize, build_model
+from benchmarks.algorithmic.probes import trained_probe
+from benchmarks.algorithmic.probes.multiscale_positions import multiscale_positions
 from benchmarks.algorithmic.tasks import BLANK, FIRST_SYMBOL, TASKS, get_task, majority_accuracy, make_batch
 
 TINY = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -230,3 +232,28 @@ def test_an_arm_added_after_its_base_run_is_evaluated_from_the_kept_weights(tmp_
     again = run.train_run(_tiny_settings(derived_arm, steps=3), runs, kept)
     assert again["lengths"] == first["lengths"]
     assert "trained_as" not in again
+
+
+def test_the_loss_reads_the_positions_it_is_given():
+    task = get_task("reverse_string")
+    torch.manual_seed(0)
+    model = build_model("sincos", task, TINY, 4).eval()
+    batch = make_batch(task, 3, 4, torch.Generator().manual_seed(0))
+    B, T = batch.input_ids.shape
+    own = run.loss_of(model, batch)
+    assert torch.equal(run.loss_of(model, batch, torch.arange(T).expand(B, T)), own)  # 0…T-1: the model's own
+    assert not torch.equal(run.loss_of(model, batch, torch.arange(T).expand(B, T) + 7), own)
+
+
+def test_the_multiscale_probe_draws_sorted_distinct_positions_in_range():
+    torch.manual_seed(0)
+    positions = multiscale_positions(12, 5)
+    assert positions.shape == (5, 12)
+    assert (positions.diff(dim=1) > 0).all() and positions.min() >= 0 and positions.max() < POSITION_RANGE
+
+
+def test_a_probe_rejects_an_unknown_choice_of_positions():
+    torch.manual_seed(0)
+    model = build_model("randomized", get_task("reverse_string"), TINY, 4).eval()
+    with pytest.raises(ValueError, match="choice"):
+        trained_probe.accuracy(model, get_task("reverse_string"), 3, "nearest")

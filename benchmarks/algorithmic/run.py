@@ -127,10 +127,28 @@ def evaluate(model, task: Task, settings: RunSettings) -> dict:
     return {"lengths": lengths, "buckets": buckets}
 
 
-def loss_of(model, batch) -> torch.Tensor:
-    logits = model(input_ids=batch.input_ids.to(model.device)).logits  # (B, n + m, symbols)
+def loss_of(model, batch, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy at the blanks; `position_ids` (B, n + m) replace the model's own positions when given."""
+    if position_ids is not None:
+        position_ids = position_ids.to(model.device)
+    logits = model(input_ids=batch.input_ids.to(model.device), position_ids=position_ids).logits  # (B, n + m, symbols)
     labels = batch.labels.to(model.device)  # (B, n + m)
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())  # mean over the blanks
+
+
+def build_optimizer(
+    model, settings: RunSettings
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW (β = 0.9, 0.98; weight decay 0.01 on matrices, none on vectors), then `settings.warmup_steps` of linear
+    warmup and `settings.lr_scheduler_type` decay over `settings.steps`."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.learning_rate,
+        betas=(0.9, 0.98),
+    )
+    return optimizer, get_scheduler(settings.lr_scheduler_type, optimizer, settings.warmup_steps, settings.steps)
 
 
 def _save(state: dict, path: Path) -> None:
@@ -166,14 +184,7 @@ def train_run(
     torch.manual_seed(settings.seed)
     model = build_model(settings.arm, task, settings.size, settings.train_length).to(device)
     data = torch.Generator().manual_seed(settings.seed)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.learning_rate,
-        betas=(0.9, 0.98),
-    )
-    scheduler = get_scheduler(settings.lr_scheduler_type, optimizer, settings.warmup_steps, settings.steps)
+    optimizer, scheduler = build_optimizer(model, settings)
     step, curve, window, seconds = 0, [], [], 0.0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=False, map_location=device)
