@@ -13,6 +13,7 @@ from benchmarks.algorithmic import report, run
 from benchmarks.algorithmic.arms import ARMS, POSITION_RANGE, ModelSize, build_model
 from benchmarks.algorithmic.probes import trained_probe
 from benchmarks.algorithmic.probes.multiscale_positions import multiscale_positions
+from benchmarks.algorithmic.probes.training_positions import grid_positions, stratified_positions
 from benchmarks.algorithmic.tasks import BLANK, FIRST_SYMBOL, TASKS, get_task, majority_accuracy, make_batch
 
 TINY = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -257,3 +258,24 @@ def test_a_probe_rejects_an_unknown_choice_of_positions():
     model = build_model("randomized", get_task("reverse_string"), TINY, 4).eval()
     with pytest.raises(ValueError, match="choice"):
         trained_probe.accuracy(model, get_task("reverse_string"), 3, "nearest")
+
+
+@pytest.mark.parametrize("length", [1, 7, 120])
+def test_stratified_training_positions_tell_each_tokens_rank(length):
+    torch.manual_seed(0)
+    positions = stratified_positions(length, 4)  # (B, T)
+    assert positions.shape == (4, length) and positions.min() >= 0 and positions.max() < POSITION_RANGE
+    edges = torch.arange(length + 1) * POSITION_RANGE // length  # the cells [⌊k·L/T⌋, ⌊(k+1)·L/T⌋)
+    cells = torch.searchsorted(edges, positions, right=True) - 1  # (B, T)
+    assert torch.equal(cells, torch.arange(length).expand(4, length))  # the k-th token in the k-th cell
+    assert not torch.equal(positions, grid_positions(length, 4)) or length == 1  # drawn, not the grid
+
+
+def test_a_probe_model_is_trained_once_then_loaded(tmp_path):
+    task = get_task("reverse_string")
+    trained = trained_probe.trained_model(task, 2, 0, tmp_path / "probe.pt", positions=grid_positions)
+    loaded = trained_probe.trained_model(task, 2, 0, tmp_path / "probe.pt")
+    assert not loaded.training
+    assert all(
+        torch.equal(a, b) for a, b in zip(trained.state_dict().values(), loaded.state_dict().values(), strict=True)
+    )
