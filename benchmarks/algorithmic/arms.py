@@ -12,6 +12,9 @@ ReLU, post-LN, token embeddings × √d; google-deepmind/randomized_positional_e
     randomized_evenly
                  the randomized arm's models with `position_sampling_inference="evenly_spaced"`: in evaluation the
                  k-th of n tokens gets ⌊k·L/n⌋ instead of a random draw (training is the randomized arm's)
+    stratified   ours with `position_sampling="stratified"`, `position_sampling_inference="evenly_spaced"`: in
+                 training the k-th of n tokens gets a position drawn from the k-th of n equal cells of 0…L-1 (its
+                 rank stays in its position); in evaluation the middle of that cell
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from benchmarks.length_generalization import bert_config, disable_position_encod
 
 from .tasks import PAD, Task, vocab_size
 
-ARMS = ("sincos", "none", "learned", "randomized", "offset", "window", "randomized_evenly")
+ARMS = ("sincos", "none", "learned", "randomized", "offset", "window", "randomized_evenly", "stratified")
 # arms that train exactly as another arm and differ only at inference: the window acts on inputs longer than the
 # training length, which training never sees; `position_sampling_inference` acts in evaluation mode only. Their runs
 # are the base arm's runs, evaluated once more.
@@ -89,6 +92,11 @@ def build_model(arm: str, task: Task, size: ModelSize, train_length: int):
         "randomized_evenly": randomized | inference_overrides("randomized_evenly", task, train_length),
         "offset": {"random_position_offset": POSITION_RANGE - task.sequence_length(train_length)},
         "window": inference_overrides("window", task, train_length),
+        "stratified": {
+            "position_sampling": "stratified",
+            "position_sampling_range": POSITION_RANGE,
+            "position_sampling_inference": "evenly_spaced",
+        },
     }[arm]
     model = se.SinusoidalEncoderForTokenClassification(our_config(task, size, train_length, **overrides))
     if arm == "none":

@@ -23,6 +23,7 @@ ARM_LABELS = {
     "offset": "ours + `random_position_offset`",
     "window": "ours + `long_input_attention_window`",
     "randomized_evenly": 'ours + `position_sampling="ordered_subset"`, `position_sampling_inference="evenly_spaced"`',
+    "stratified": 'ours + `position_sampling="stratified"`, `position_sampling_inference="evenly_spaced"`',
 }
 
 # Ruoss et al. 2023 (arXiv 2305.16843, ACL 2023), Table 1, Transformer encoder, accuracy in % averaged over all test

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from functools import partial
 from itertools import pairwise
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -55,6 +56,15 @@ _INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "swish": partial(F.silu, inplace=True),
     "tanh": torch.tanh_,
 }
+
+
+class _RealTokens(NamedTuple):
+    """The tokens that sampled positions go to: `mask` (B, T) the real tokens, `lengths` (B,) how many per
+    sequence, `rank` (B, T) each token's index among its sequence's real tokens (0 for padding)."""
+
+    mask: torch.Tensor
+    lengths: torch.Tensor
+    rank: torch.Tensor
 
 
 def sinusoidal_position_encoding(
@@ -657,14 +667,18 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     ) -> tuple[torch.LongTensor, int | None]:
         """The positions the embeddings encode, and how many positions they are drawn from (None for the caller's).
 
-        The caller's `position_ids` win. Without them: `position_sampling="ordered_subset"` draws sorted random
-        positions from 0…`position_sampling_range`-1 (`(B, T)`); otherwise 0…T-1 (`(1, T)`), and in training with
+        The caller's `position_ids` win. Without them: `position_sampling="ordered_subset"` or `"stratified"` draws
+        sorted random positions from 0…`position_sampling_range`-1 (`(B, T)`); otherwise 0…T-1 (`(1, T)`), and in
+        training with
         `random_position_offset` K each sequence starts at an offset drawn uniformly from 0…K with the global RNG
         (like dropout, so that seeded runs and accelerate's checkpoints repeat it) (`(B, T)`)."""
         if position_ids is not None:
             return position_ids, None
         if self.config.position_sampling == "ordered_subset":
             positions = self._ordered_subset_positions(batch_size, seq_len, attention_mask, device)  # (B, T)
+            return positions, self.config.position_sampling_range
+        if self.config.position_sampling == "stratified":
+            positions = self._stratified_positions(batch_size, seq_len, attention_mask, device)  # (B, T)
             return positions, self.config.position_sampling_range
         positions = torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
         max_offset = self.config.random_position_offset
@@ -692,12 +706,10 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             return False
         return not attention_mask.bool().all()
 
-    def _ordered_subset_positions(
+    def _real_tokens(
         self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
-    ) -> torch.LongTensor:
-        """`position_sampling="ordered_subset"`: for each sequence of n real tokens, n distinct positions drawn
-        uniformly from 0…L-1 and sorted, given to the real tokens in order (padding gets 0); in evaluation mode with
-        `position_sampling_inference="evenly_spaced"`, ⌊k·L/n⌋ for the k-th of n real tokens. Returns `(B, T)`."""
+    ) -> _RealTokens:
+        """Which tokens the sampled positions go to, how many per sequence, and each one's index among them."""
         span = self.config.position_sampling_range
         if seq_len > span:
             raise ValueError(
@@ -709,24 +721,61 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             if attention_mask is not None and attention_mask.dim() == 2
             else torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
         )  # (B, T)
-        lengths = real.sum(-1)  # (B,)
         rank = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): index of each real token among the real ones
+        return _RealTokens(mask=real, lengths=real.sum(-1), rank=rank)
+
+    def _ordered_subset_positions(
+        self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
+    ) -> torch.LongTensor:
+        """`position_sampling="ordered_subset"`: for each sequence of n real tokens, n distinct positions drawn
+        uniformly from 0…L-1 and sorted, given to the real tokens in order (padding gets 0); in evaluation mode with
+        `position_sampling_inference="evenly_spaced"`, ⌊k·L/n⌋ for the k-th of n real tokens. Returns `(B, T)`."""
+        span = self.config.position_sampling_range
+        tokens = self._real_tokens(batch_size, seq_len, attention_mask, device)
+        real, lengths, rank = tokens.mask, tokens.lengths, tokens.rank
         if not self.training and self.config.position_sampling_inference == "evenly_spaced":
             spaced = rank * span // lengths.clamp(min=1).unsqueeze(-1)  # (B, T): ⌊k·L/n⌋, distinct since n ≤ L
             return spaced.masked_fill(~real, 0)
         if self.training:  # the global RNG, like dropout: seeded by set_seed, restored by accelerate checkpoints
             keys = torch.rand(batch_size, span, device=device)  # (B, L)
         else:  # one fixed draw per length: the same input gets the same positions in any batch
-            keys = torch.empty(batch_size, span)  # (B, L)
-            for length in lengths.unique().tolist():
-                generator = torch.Generator().manual_seed(self.config.position_sampling_seed * 1_000_003 + length)
-                keys[(lengths == length).cpu()] = torch.rand(span, generator=generator)
-            keys = keys.to(device)
+            keys = self._evaluation_draw(lengths, (batch_size, span)).to(device)  # (B, L)
         # the n largest keys of a row are a uniform n-subset of 0…L-1; the first n of the top T are those n
         chosen = keys.topk(seq_len, dim=-1).indices  # (B, T)
         beyond = torch.arange(seq_len, device=device) >= lengths.unsqueeze(-1)  # (B, T)
         ordered = chosen.masked_fill(beyond, span).sort(dim=-1).values  # (B, T): the n sorted positions, then L…
         return ordered.gather(-1, rank).masked_fill(~real, 0)  # (B, T)
+
+    def _stratified_positions(
+        self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
+    ) -> torch.LongTensor:
+        """`position_sampling="stratified"`: 0…L-1 cut into n equal cells, [⌊k·L/n⌋, ⌊(k+1)·L/n⌋) for k < n; the
+        k-th of n real tokens gets a position drawn uniformly from the k-th cell (padding gets 0). In evaluation mode
+        with `position_sampling_inference="evenly_spaced"`, the middle of its cell. Returns `(B, T)`."""
+        span = self.config.position_sampling_range
+        tokens = self._real_tokens(batch_size, seq_len, attention_mask, device)
+        real, rank = tokens.mask, tokens.rank
+        n = tokens.lengths.clamp(min=1).unsqueeze(-1)  # (B, 1)
+        start = rank * span // n  # (B, T): ⌊k·L/n⌋
+        width = (rank + 1) * span // n - start  # (B, T): ≥ 1 since n ≤ L
+        if not self.training and self.config.position_sampling_inference == "evenly_spaced":
+            return (start + width // 2).masked_fill(~real, 0)  # (B, T): the middle of each cell
+        if self.training:  # the global RNG, like dropout: seeded by set_seed, restored by accelerate checkpoints
+            uniform = torch.rand(batch_size, seq_len, device=device)  # (B, T)
+        else:  # one fixed draw per length, read by rank: the same input gets the same positions in any batch
+            uniform = self._evaluation_draw(tokens.lengths, (batch_size, span)).to(device).gather(-1, rank)  # (B, T)
+        offset = (uniform * width).long().clamp(max=width - 1)  # (B, T): uniform over the cell
+        return (start + offset).masked_fill(~real, 0)  # (B, T)
+
+    def _evaluation_draw(self, lengths: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+        """Uniform numbers of `shape` (B, K) for evaluation mode, on the CPU: each row from a generator seeded by
+        `position_sampling_seed` and the row's number of real tokens, so a sequence's draw does not depend on its
+        batch."""
+        uniform = torch.empty(shape)  # (B, K)
+        for length in lengths.unique().tolist():
+            generator = torch.Generator().manual_seed(self.config.position_sampling_seed * 1_000_003 + length)
+            uniform[(lengths == length).cpu()] = torch.rand(shape[1], generator=generator)
+        return uniform
 
     def forward(
         self,
