@@ -159,7 +159,13 @@ def test_bad_sampling_settings_are_refused(overrides, field):
 
 @pytest.mark.parametrize(
     ("sampling", "inference"),
-    [("consecutive", "draw"), ("ordered_subset", "draw"), ("ordered_subset", "evenly_spaced")],
+    [
+        ("consecutive", "draw"),
+        ("ordered_subset", "draw"),
+        ("ordered_subset", "evenly_spaced"),
+        ("stratified", "draw"),
+        ("stratified", "evenly_spaced"),
+    ],
 )
 def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling, inference):
     from sinusoidal_encoder_training.model_card import render_model_card
@@ -177,8 +183,12 @@ def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling, infe
         metrics={},
     )
     assert "benchmarks/algorithmic" in card
-    assert ("randomized encoding of Ruoss et al." in card) == (sampling == "ordered_subset")
-    assert ("Leave `position_ids` to the model" in card) == (sampling == "ordered_subset")
-    if sampling == "ordered_subset":
+    assert ("randomized encoding of Ruoss et al." in card) == (sampling != "consecutive")
+    assert ('`position_sampling="ordered_subset"`' in card) == (sampling == "ordered_subset")
+    assert ("stratified positions" in card) == (sampling == "stratified")
+    assert ("Leave `position_ids` to the model" in card) == (sampling != "consecutive")
+    if sampling != "consecutive":
         assert f"0…{SPAN - 1}" in card and f"at most {SPAN} tokens" in card
-        assert (f"⌊k·{SPAN}/n⌋" in card) == (inference == "evenly_spaced")
+        assert "  , so" not in card and "\n, so" not in card  # the sentence goes on after either sampling
+    assert (f"⌊k·{SPAN}/n⌋" in card) == (sampling == "ordered_subset" and inference == "evenly_spaced")
+    assert ("the middle of that cell" in card) == (sampling == "stratified" and inference == "evenly_spaced")

@@ -127,6 +127,7 @@ def render_model_card(
         "max_position_embeddings": config.max_position_embeddings,
         "long_input_window": getattr(config, "long_input_attention_window", None),
         "randomized_positions": getattr(config, "position_sampling", "consecutive") == "ordered_subset",
+        "stratified_positions": getattr(config, "position_sampling", "consecutive") == "stratified",
         "position_range": getattr(config, "position_sampling_range", None),
         "evenly_spaced": getattr(config, "position_sampling_inference", "draw") == "evenly_spaced",
         "intended_uses": intended_uses
