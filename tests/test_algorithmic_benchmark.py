@@ -172,7 +172,16 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| ours: sin/cos"))
     assert "(2 seeds)" in row and "±" in row
     assert "| majority symbol" in text
-    assert "paper, Table 1: randomized sin/cos" in text
+    scores = [
+        report.past_training_mean(
+            json.loads((tmp_path / "runs" / "reverse_string" / f"sincos-seed{seed}.json").read_text())
+        )
+        for seed in (0, 1)
+    ]
+    # one task: its 41–500 mean over seeds and its best seed are the means over the tasks
+    assert row.split(" | ")[-2:] == [f"{50 * (scores[0] + scores[1]):.1f}", f"{100 * max(scores):.1f} |"]
+    paper = next(line for line in text.splitlines() if line.startswith("| paper, Table 1: randomized sin/cos"))
+    assert paper.endswith("| 75.6 (max) |  | 75.6 (max) |")
 
 
 def test_budget_table_sets_larger_batches_and_more_steps_beside_the_benchmark_run(tmp_path):

@@ -102,17 +102,20 @@ def task_table(task: str, arms: dict[str, list[dict]]) -> str:
 
 
 def summary_table(runs: dict[str, dict[str, list[dict]]]) -> str:
-    """One row per arm: in distribution and 41–500 for every task (mean ± sd over seeds), then the paper's rows."""
+    """One row per arm: in distribution and 41–500 for every task (mean ± sd over seeds), then 41–500 averaged over
+    the tasks, of the seeds' mean and of the best seed's (the paper's statistic; blank for an arm missing a task);
+    then the paper's rows, averaged the same way."""
     tasks = list(runs)
     header = ["arm"]
     for task in tasks:
         steps = next(iter(runs[task].values()))[0]["settings"]["steps"]
         header += [f"{task}, 1–40 ({steps:,} steps)", f"{task}, 41–500"]
+    header += ["41–500, mean over the tasks", "41–500 best seed, mean over the tasks"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for arm in ARMS:
         if not any(arm in runs[task] for task in tasks):
             continue
-        cells = []
+        cells, means, best = [], [], []
         for task in tasks:
             seeds = runs[task].get(arm, [])
             if not seeds:
@@ -121,6 +124,10 @@ def summary_table(runs: dict[str, dict[str, list[dict]]]) -> str:
             tag = f" ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
             cells += [_spread([run["buckets"][0]["accuracy"] for run in seeds]) + tag]
             cells += [_spread([past_training_mean(run) for run in seeds])]
+            means.append(statistics.mean(past_training_mean(run) for run in seeds))
+            best.append(max(past_training_mean(run) for run in seeds))
+        complete = len(means) == len(tasks)
+        cells += [f"{100 * statistics.mean(v):.1f}" if complete else "" for v in (means, best)]
         lines.append(f"| {ARM_LABELS[arm]} | " + " | ".join(cells) + " |")
     majority = []
     for task in tasks:
@@ -129,12 +136,14 @@ def summary_table(runs: dict[str, dict[str, list[dict]]]) -> str:
             f"{100 * first['buckets'][0]['majority']:.1f}",
             f"{100 * past_training_mean(first, 'majority'):.1f}",
         ]
-    lines.append("| majority symbol (best position-blind answer) | " + " | ".join(majority) + " |")
+    lines.append("| majority symbol (best position-blind answer) | " + " | ".join(majority) + " | | |")
     for key, label in (("none", "no encoding"), ("sincos", "sin/cos"), ("randomized_sincos", "randomized sin/cos")):
         cells = []
         for task in tasks:
             paper = PAPER_TABLE_1.get(task)
             cells += ["", f"{paper[key]:.1f} (max)" if paper else ""]
+        known = [PAPER_TABLE_1[task][key] for task in tasks if task in PAPER_TABLE_1]
+        cells += ["", f"{statistics.mean(known):.1f} (max)" if len(known) == len(tasks) else ""]
         lines.append(f"| paper, Table 1: {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
