@@ -669,9 +669,8 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
 
         The caller's `position_ids` win. Without them: `position_sampling="ordered_subset"` or `"stratified"` draws
         sorted random positions from 0…`position_sampling_range`-1 (`(B, T)`); otherwise 0…T-1 (`(1, T)`), and in
-        training with
-        `random_position_offset` K each sequence starts at an offset drawn uniformly from 0…K with the global RNG
-        (like dropout, so that seeded runs and accelerate's checkpoints repeat it) (`(B, T)`)."""
+        training with `random_position_offset` K each sequence starts at an offset drawn uniformly from 0…K with
+        the global RNG (like dropout, so that seeded runs and accelerate's checkpoints repeat it) (`(B, T)`)."""
         if position_ids is not None:
             return position_ids, None
         if self.config.position_sampling == "ordered_subset":
