@@ -39,6 +39,28 @@ def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(1, VOCAB_SIZE, (batch, length), generator=generator)
 
 
+def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """4 rows of 12 random ids, three of them right-padded (to 7, 3 and 7 real tokens), and their mask."""
+    ids = random_ids(4, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    mask[3, 7:] = 0
+    return ids, mask
+
+
+def assert_rows_match_alone(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row of a padded batch gives, on its real tokens, the hidden states of the row run alone unpadded;
+    returns the batch's hidden states."""
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask).last_hidden_state
+        for row in range(ids.shape[0]):
+            length = int(mask[row].sum())
+            alone = model(ids[row : row + 1, :length]).last_hidden_state
+            torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=1e-5)
+    return batched
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import random_ids, tiny_config
+from conftest import assert_rows_match_alone, padded_batch, random_ids, tiny_config
 from transformers import AutoModel
 
 SPAN = 200
@@ -14,15 +14,6 @@ def subset_model(**overrides):
     values = dict(position_sampling="ordered_subset", position_sampling_range=SPAN)
     values.update(overrides)
     return AutoModel.from_config(tiny_config(**values))
-
-
-def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = random_ids(4, 12)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, 3:] = 0
-    mask[3, 7:] = 0
-    return ids, mask
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -49,16 +40,17 @@ def test_training_draws_cover_the_range_with_varying_gaps():
     torch.testing.assert_close(positions.float().mean(0), expected, atol=4.0, rtol=0)
 
 
-def test_training_uses_the_global_rng_and_matches_explicit_positions():
+@pytest.mark.parametrize("sampling", ["ordered_subset", "stratified"])
+def test_training_uses_the_global_rng_and_matches_explicit_positions(sampling):
     """Seeded like dropout (so accelerate's checkpoints restore it), and the same as passing the drawn positions."""
-    model = subset_model().train()
+    model = subset_model(position_sampling=sampling).train()
     ids, mask = padded_batch()
     torch.manual_seed(3)
     first = model(ids, attention_mask=mask).last_hidden_state
     torch.manual_seed(3)
     again = model(ids, attention_mask=mask).last_hidden_state
     torch.manual_seed(3)
-    drawn = model._ordered_subset_positions(4, 12, mask, ids.device)
+    drawn, _ = model.build_position_ids(None, 4, 12, mask, ids.device)  # (B, T)
     explicit = model(ids, attention_mask=mask, position_ids=drawn).last_hidden_state
     real = mask.bool()
     assert torch.equal(first[real], again[real])
@@ -70,12 +62,8 @@ def test_training_uses_the_global_rng_and_matches_explicit_positions():
 def test_evaluation_draw_is_fixed_per_length_and_batch_independent():
     model = subset_model().eval()
     ids, mask = padded_batch()
+    batched = assert_rows_match_alone(model, ids, mask)
     with torch.no_grad():
-        batched = model(ids, attention_mask=mask).last_hidden_state
-        for row in range(4):
-            length = int(mask[row].sum())
-            alone = model(ids[row : row + 1, :length]).last_hidden_state
-            torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=1e-5)
         assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, batched)  # the same at every call
         positions = model._ordered_subset_positions(4, 12, mask, ids.device)
         assert torch.equal(positions[1], positions[3])  # same length, same positions
@@ -95,12 +83,8 @@ def test_evenly_spaced_inference_positions():
         assert (row[~real] == 0).all()
     full = model._ordered_subset_positions(1, SPAN, None, ids.device)  # n = L: every position once
     assert torch.equal(full[0], torch.arange(SPAN))
+    assert_rows_match_alone(model, ids, mask)
     with torch.no_grad():
-        batched = model(ids, attention_mask=mask).last_hidden_state
-        for row in range(4):
-            length = int(mask[row].sum())
-            alone = model(ids[row : row + 1, :length]).last_hidden_state
-            torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=1e-5)
         drawn = subset_model().eval()
         drawn.load_state_dict(model.state_dict())
         assert not torch.allclose(drawn(ids)[0], model(ids)[0])  # not the paper's draw

@@ -1,11 +1,12 @@
 """`position_sampling="stratified"`: each token's position drawn from its own cell of the range, in training and
-inference; the middles of the cells with `position_sampling_inference="evenly_spaced"`."""
+inference; the middles of the cells with `position_sampling_inference="evenly_spaced"`. (Its use of the global RNG
+in training is tested with the ordered subset's, in test_position_sampling.py.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import random_ids, tiny_config
+from conftest import assert_rows_match_alone, padded_batch, random_ids, tiny_config
 from transformers import AutoModel
 
 SPAN = 200
@@ -15,15 +16,6 @@ def stratified_model(**overrides):
     values = dict(position_sampling="stratified", position_sampling_range=SPAN)
     values.update(overrides)
     return AutoModel.from_config(tiny_config(**values))
-
-
-def padded_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    ids = random_ids(4, 12)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, 3:] = 0
-    mask[3, 7:] = 0
-    return ids, mask
 
 
 def cells_of(positions: torch.Tensor, n: int) -> torch.Tensor:
@@ -62,30 +54,12 @@ def test_evenly_spaced_inference_takes_the_middle_of_each_cell():
     torch.testing.assert_close(drawn.float().mean(0), torch.tensor([24.5, 74.5, 124.5, 174.5]), atol=2.0, rtol=0)
 
 
-def test_training_uses_the_global_rng_and_matches_explicit_positions():
-    """Seeded like dropout (so accelerate's checkpoints restore it), and the same as passing the drawn positions."""
-    model = stratified_model().train()
-    ids, mask = padded_batch()
-    torch.manual_seed(3)
-    first = model(ids, attention_mask=mask).last_hidden_state
-    torch.manual_seed(3)
-    drawn = model._stratified_positions(4, 12, mask, ids.device)
-    explicit = model(ids, attention_mask=mask, position_ids=drawn).last_hidden_state
-    real = mask.bool()
-    assert torch.equal(first[real], explicit[real])
-    assert not torch.allclose(model(ids, attention_mask=mask).last_hidden_state[real], first[real])  # a new draw
-
-
 @pytest.mark.parametrize("inference", ["draw", "evenly_spaced"])
 def test_evaluation_positions_are_fixed_per_length_and_batch_independent(inference):
     model = stratified_model(position_sampling_inference=inference).eval()
     ids, mask = padded_batch()
+    batched = assert_rows_match_alone(model, ids, mask)
     with torch.no_grad():
-        batched = model(ids, attention_mask=mask).last_hidden_state
-        for row in range(4):
-            length = int(mask[row].sum())
-            alone = model(ids[row : row + 1, :length]).last_hidden_state
-            torch.testing.assert_close(batched[row, :length], alone[0], atol=1e-5, rtol=1e-5)
         assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, batched)  # the same at every call
     positions = model._stratified_positions(4, 12, mask, ids.device)
     assert torch.equal(positions[1], positions[3])  # same length, same positions
