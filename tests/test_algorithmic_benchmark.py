@@ -3,6 +3,7 @@ floor, exact resume of a killed run, and the report. A tiny version: seconds, no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -161,6 +162,8 @@ def test_settings_are_checked():
         _tiny_settings("sincos", buckets=((1, 5), (6, 8))).check()
     with pytest.raises(ValueError, match="steps"):
         _tiny_settings("sincos", steps=0).check()
+    with pytest.raises(ValueError, match="loss_reduction"):
+        _tiny_settings("sincos", loss_reduction="max").check()
 
 
 def test_report_puts_our_runs_beside_the_paper(tmp_path):
@@ -184,22 +187,71 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     assert paper.endswith("| 75.6 (max) |  | 75.6 (max) |")
 
 
-def test_budget_table_sets_larger_batches_and_more_steps_beside_the_benchmark_run(tmp_path):
+def test_setting_table_sets_larger_batches_more_steps_and_dropout_beside_the_benchmark_run(tmp_path):
     for seed in (0, 1):
         run.train_run(_tiny_settings("randomized", seed=seed, steps=3), tmp_path / "runs", tmp_path / "ck")
     run.train_run(
         _tiny_settings("randomized", steps=3, batch_size=16), tmp_path / "probes" / "batch16", tmp_path / "ck"
     )
     run.train_run(_tiny_settings("randomized", steps=6), tmp_path / "probes" / "steps6", tmp_path / "ck")
-    (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the budget studies stays out of the table
+    dropout = _tiny_settings("randomized", steps=3, size=dataclasses.replace(TINY, dropout=0.1))
+    run.train_run(dropout, tmp_path / "probes" / "dropout0.1", tmp_path / "ck")
+    summed = _tiny_settings("randomized", steps=3, loss_reduction="sum")
+    run.train_run(summed, tmp_path / "probes" / "loss-sum", tmp_path / "ck")
+    (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the setting studies stays out of the table
     (tmp_path / "probes" / "reverse_string" / "sincos-seed0.json").write_text("{}")
-    rows = report.budget_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
-    # per arm, the benchmark's run of the seeds the studies ran (seed 0 only), then the larger budgets, by
-    # inputs seen (batch 16 before twice the steps at equal inputs); the randomized run also wrote randomized_evenly
+    rows = report.setting_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
+    # per arm, the benchmark's run of the seeds the studies ran (seed 0 only), then the other settings by inputs seen:
+    # the summed loss, then dropout, after the same budget without them; batch 16 before twice the steps at equal
+    # inputs. The randomized run also wrote randomized_evenly
     assert [row.split(" | ")[1:4] for row in rows] == [
-        [arm, budget, "0"] for arm in ("randomized", "randomized_evenly") for budget in ("3 × 8", "3 × 16", "6 × 8")
+        [arm, budget, "0"]
+        for arm in ("randomized", "randomized_evenly")
+        for budget in (
+            "3 × 8",
+            "3 × 8, loss summed over each input's outputs",
+            "3 × 8, dropout 0.1",
+            "3 × 16",
+            "6 × 8",
+        )
     ]
     assert all(row.endswith("| CPU, 1 thread |") for row in rows)
+
+
+def test_seed_spread_joins_extra_seeds_to_the_benchmark_runs(tmp_path):
+    seeds = {"runs": (0, 1), "probes/seeds": (2, 4)}
+    for folder, numbers in seeds.items():
+        for seed in numbers:
+            run.train_run(_tiny_settings("sincos", seed=seed, steps=3), tmp_path / folder, tmp_path / "ck")
+    scores = [
+        report.past_training_mean(json.loads(path.read_text()))
+        for path in sorted(tmp_path.glob("**/sincos-seed*.json"))
+    ]
+    rows = [
+        row.strip("| ").split(" | ")
+        for row in report.seed_spread_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
+    ]
+    assert [cells[1] for cells in rows] == ["sincos", "window"]  # a sin/cos run also writes the window arm's
+    cells = rows[0]
+    assert cells[:3] == ["reverse_string", "sincos", "4: 0, 1, 2, 4"]
+    assert cells[5:] == [f"{100 * min(scores):.1f}", f"{100 * max(scores):.1f}", "50.6"]  # the paper's sin/cos
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (dict(seed=1), "repeats a seed"),
+        (dict(seed=2, learning_rate=3e-3), "only the seed may differ"),
+        (dict(seed=2, arm="none"), "no benchmark run of arm 'none'"),
+    ],
+)
+def test_seed_spread_refuses_runs_that_are_not_more_seeds_of_the_benchmark(tmp_path, extra, message):
+    for seed in (0, 1):
+        run.train_run(_tiny_settings("sincos", seed=seed, steps=3), tmp_path / "runs", tmp_path / "ck")
+    settings = _tiny_settings(extra.pop("arm", "sincos"), steps=3, **extra)
+    run.train_run(settings, tmp_path / "probes" / "seeds", tmp_path / "ck2")
+    with pytest.raises(ValueError, match=message):
+        report.seed_spread_table(tmp_path / "runs", tmp_path / "probes")
 
 
 @pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])
@@ -253,6 +305,32 @@ def test_the_loss_reads_the_positions_it_is_given():
     own = run.loss_of(model, batch)
     assert torch.equal(run.loss_of(model, batch, torch.arange(T).expand(B, T)), own)  # 0…T-1: the model's own
     assert not torch.equal(run.loss_of(model, batch, torch.arange(T).expand(B, T) + 7), own)
+
+
+@pytest.mark.parametrize("name", ["reverse_string", "duplicate_string"])
+def test_the_summed_loss_weighs_each_input_by_its_number_of_outputs(name):
+    task = get_task(name)
+    torch.manual_seed(0)
+    model = build_model("sincos", task, TINY, 6).eval()
+    for length in (2, 5):
+        batch = make_batch(task, 3, length, torch.Generator().manual_seed(length))
+        outputs = batch.targets.shape[1]  # m blanks per input: n for Reverse String, 2n for Duplicate String
+        mean, summed = run.loss_of(model, batch), run.loss_of(model, batch, reduction="sum")
+        torch.testing.assert_close(summed, mean * outputs)
+
+
+def test_the_command_line_passes_the_loss_reduction_to_every_run():
+    args = run.parse_args(["--tasks", "bucket_sort", "--arms", "sincos", "--seeds", "0", "--loss_reduction", "sum"])
+    assert [settings.loss_reduction for settings in run.planned_runs(args)] == ["sum"]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--loss_reduction", "max"])
+
+
+def test_runs_written_before_a_setting_existed_read_as_its_default():
+    settings = dataclasses.asdict(_tiny_settings("sincos"))
+    older = {key: value for key, value in settings.items() if key not in run.ADDED_SETTINGS}
+    assert run.stored_settings(older) == settings
+    assert run.stored_settings({**older, "loss_reduction": "sum"})["loss_reduction"] == "sum"
 
 
 def test_the_multiscale_probe_draws_sorted_distinct_positions_in_range():

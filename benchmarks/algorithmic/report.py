@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from .arms import ARMS
-from .run import RESULTS
+from .run import RESULTS, stored_settings
 from .tasks import get_task
 
 HERE = Path(__file__).resolve().parent
@@ -204,39 +204,60 @@ def study_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
-BUDGET_STUDIES = ("batch*", "steps*")  # folders of `runs-probes/` that change only the training budget
+SETTING_STUDIES = (
+    "batch*",
+    "steps*",
+    "dropout*",
+    "loss-*",
+)  # folders of `runs-probes/` that change one training setting
 
 
-def budget_runs(probes: Path) -> list[Path]:
-    """The budget studies' runs: `probes`/batch*/ (larger batches) and `probes`/steps*/ (more steps)."""
-    return sorted(path for pattern in BUDGET_STUDIES for path in probes.glob(f"{pattern}/*/*.json"))
+def setting_runs(probes: Path) -> list[Path]:
+    """The runs of the studies that change one training setting: `probes`/batch*/ (larger batches), steps*/ (more
+    steps), dropout*/ (dropout) and loss-*/ (the loss summed over each input's outputs)."""
+    return sorted(path for pattern in SETTING_STUDIES for path in probes.glob(f"{pattern}/*/*.json"))
 
 
-def budget_table(results: Path, probes: Path) -> str:
-    """Runs trained with a larger budget (`budget_runs`: more inputs per step or more steps) beside the benchmark's
-    runs of the same task, arm and seeds: per (task, arm, steps, batch), mean ± sd over those seeds in each bucket,
-    the 41–500 mean, the best seed's, the minutes of training per run and where it ran."""
-    groups: dict[tuple[str, str, int, int], list[dict]] = {}
-    for path in budget_runs(probes):
+def _setting_key(settings: dict) -> tuple[str, str, int, int, float, str]:
+    settings = stored_settings(settings)
+    return (
+        settings["task"],
+        settings["arm"],
+        settings["steps"],
+        settings["batch_size"],
+        settings["size"]["dropout"],
+        settings["loss_reduction"],
+    )
+
+
+def setting_table(results: Path, probes: Path) -> str:
+    """Runs trained with one setting changed (`setting_runs`: more inputs per step, more steps, dropout, the loss's
+    reduction) beside the benchmark's runs of the same task, arm and seeds: per (task, arm, steps, batch, dropout,
+    reduction), mean ± sd over those seeds in each bucket, the 41–500 mean, the best seed's, the minutes of training
+    per run and where it ran."""
+    groups: dict[tuple[str, str, int, int, float, str], list[dict]] = {}
+    for path in setting_runs(probes):
         run = json.loads(path.read_text())
         s = run["settings"]
-        groups.setdefault((s["task"], s["arm"], s["steps"], s["batch_size"]), []).append(run)
+        groups.setdefault(_setting_key(s), []).append(run)
         base = results / s["task"] / f"{s['arm']}-seed{s['seed']}.json"
         if base.exists():  # the benchmark's run of the same seed, once per (task, arm) and seed
             run = json.loads(base.read_text())
-            b = run["settings"]
-            group = groups.setdefault((b["task"], b["arm"], b["steps"], b["batch_size"]), [])
+            group = groups.setdefault(_setting_key(run["settings"]), [])
             if all(other["settings"]["seed"] != s["seed"] for other in group):
                 group.append(run)
     buckets = [b["bucket"] for b in next(iter(groups.values()))[0]["buckets"]]
     header = ["task", "arm", "steps × batch", "seeds", *buckets, "41–500 mean", "41–500 max", "min per run", "on"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (task, arm, steps, batch), runs in sorted(
-        groups.items(), key=lambda item: (item[0][0], ARMS.index(item[0][1]), item[0][2] * item[0][3], item[0][2])
+    for (task, arm, steps, batch, dropout, reduction), runs in sorted(
+        groups.items(),
+        key=lambda item: (item[0][0], ARMS.index(item[0][1]), item[0][2] * item[0][3], item[0][2], *item[0][4:]),
     ):
         runs.sort(key=lambda run: run["settings"]["seed"])
         seeds = ", ".join(str(run["settings"]["seed"]) for run in runs)
-        cells = [task, arm, f"{steps:,} × {batch}", seeds]
+        training = f"{steps:,} × {batch}" + (f", dropout {dropout:g}" if dropout else "")
+        training += ", loss summed over each input's outputs" if reduction == "sum" else ""
+        cells = [task, arm, training, seeds]
         cells += [_spread([run["buckets"][i]["accuracy"] for run in runs]) for i in range(len(buckets))]
         scores = [past_training_mean(run) for run in runs]
         cells += [_spread(scores), f"{100 * max(scores):.1f}"]
@@ -244,6 +265,49 @@ def budget_table(results: Path, probes: Path) -> str:
         low, high = (f"{min(minutes):.0f}", f"{max(minutes):.0f}") if minutes else ("", "")
         cells.append(low if low == high else f"{low}–{high}")  # empty where no run kept its training time
         cells.append(runs[0].get("device", "cpu").replace("cpu", "CPU, 1 thread"))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+SEED_STUDY = "seeds"  # folder of `runs-probes/` holding more seeds of benchmark runs, every other setting the same
+PAPER_COLUMN = {"none": "none", "sincos": "sincos", "randomized": "randomized_sincos"}  # our arm -> Table 1 column
+
+
+def _without_seed(settings: dict) -> dict:
+    return {key: value for key, value in stored_settings(settings).items() if key != "seed"}
+
+
+def seed_spread_table(results: Path, probes: Path) -> str:
+    """The benchmark's runs of a task and arm together with the extra seeds of `probes`/seeds/: the spread over all
+    the seeds (mean ± sd, worst and best of 41–500) beside the paper's figure, which is a best run. The extra runs must
+    have the benchmark runs' settings but the seed: a run that differs otherwise, or repeats a seed, is refused."""
+    extra: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted((probes / SEED_STUDY).glob("*/*.json")):
+        run = json.loads(path.read_text())
+        extra.setdefault((run["settings"]["task"], run["settings"]["arm"]), []).append(run)
+    header = ["task", "arm", "seeds", "1-40", "41–500 mean", "41–500 min", "41–500 max", "paper, Table 1 (max)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (task, arm), added in sorted(extra.items(), key=lambda item: (item[0][0], ARMS.index(item[0][1]))):
+        base = [json.loads(path.read_text()) for path in sorted((results / task).glob(f"{arm}-seed*.json"))]
+        if not base:
+            raise ValueError(f"{probes / SEED_STUDY / task}: no benchmark run of arm {arm!r} under {results / task}.")
+        for run in added:
+            if _without_seed(run["settings"]) != _without_seed(base[0]["settings"]):
+                raise ValueError(
+                    f"{probes / SEED_STUDY / task}: seed {run['settings']['seed']} of arm {arm!r} was not trained "
+                    "with the benchmark run's settings (only the seed may differ)."
+                )
+        runs = sorted(base + added, key=lambda run: run["settings"]["seed"])
+        seeds = [run["settings"]["seed"] for run in runs]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"{probes / SEED_STUDY / task}: arm {arm!r} repeats a seed of the benchmark: {seeds}.")
+        scores = [past_training_mean(run) for run in runs]
+        paper = PAPER_TABLE_1.get(task, {}).get(PAPER_COLUMN.get(arm, ""))
+        contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
+        listed = f"{seeds[0]}–{seeds[-1]}" if contiguous and len(seeds) > 2 else ", ".join(map(str, seeds))
+        cells = [task, arm, f"{len(runs)}: {listed}"]
+        cells += [_spread([run["buckets"][0]["accuracy"] for run in runs]), _spread(scores)]
+        cells += [f"{100 * min(scores):.1f}", f"{100 * max(scores):.1f}", "" if paper is None else f"{paper:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -335,21 +399,36 @@ def report(
             "",
             study_table(studies),
         ]
-    if budget_runs(HERE / "runs-probes") and results == RESULTS:
+    if setting_runs(HERE / "runs-probes") and results == RESULTS:
         parts += [
             "",
-            "## Budget study: larger batches",
+            "## Training-setting studies: larger batches, dropout, the reference code's loss",
             "",
-            "The randomized arm trained with batches of 128 inputs (the reference code's; `runs-probes/batch128/`, "
-            "on this machine's CPU) and 512 (`runs-probes/batch512/`, on an NVIDIA H100, six or three runs sharing "
-            "it) instead of 32, the other settings unchanged, beside the benchmark's runs of the same seeds (batch "
-            "32). Per-token accuracy (%) by bucket of input lengths, mean ± sd over the seeds listed; "
-            "`randomized_evenly` is the same weights evaluated with evenly spaced positions. One H100 run "
-            "(Reverse String seed 2) came back without its training record: its accuracies are its kept weights "
-            "evaluated on the same GPU afterwards (the file says so), as are the Reverse String "
-            "`randomized_evenly` rows at batch 512.",
+            "Runs with one training setting changed, the others unchanged, beside the benchmark's runs of the same "
+            "seeds. Larger batches: the randomized arm with 128 inputs per step (the reference code's; "
+            "`runs-probes/batch128/`, on this machine's CPU) and 512 (`runs-probes/batch512/`, on an NVIDIA H100, "
+            "six or three runs sharing it) instead of 32, and the stratified arm with 128. Dropout 0.1 (the "
+            "reference code's; `runs-probes/dropout0.1/`) instead of 0, and the loss summed over each input's "
+            "outputs and averaged over the batch (the reference code's; `runs-probes/loss-sum/`) instead of "
+            "averaged over every output of the batch, on the stratified arm. Per-token accuracy (%) by bucket of "
+            "input lengths, mean ± sd over the seeds listed; `randomized_evenly` is the randomized arm's weights "
+            "evaluated with evenly spaced positions. One H100 run (Reverse String seed 2) came back without its "
+            "training record: its accuracies are its kept weights evaluated on the same GPU afterwards (the file "
+            "says so), as are the Reverse String `randomized_evenly` rows at batch 512.",
             "",
-            budget_table(results, HERE / "runs-probes"),
+            setting_table(results, HERE / "runs-probes"),
+        ]
+    if (HERE / "runs-probes" / SEED_STUDY).is_dir() and results == RESULTS:
+        parts += [
+            "",
+            "## More seeds",
+            "",
+            "The benchmark trains 3 seeds per arm; the paper's figure is the best of many runs. Arms given more "
+            f"seeds (`runs-probes/{SEED_STUDY}/`, trained exactly as the benchmark's runs but for the seed), with "
+            "the benchmark's own seeds: per-token accuracy (%) in distribution (mean ± sd) and past training "
+            "(41–500: mean ± sd, the worst and the best seed), beside the paper's best run.",
+            "",
+            seed_spread_table(results, HERE / "runs-probes"),
         ]
     text = "\n".join(parts) + "\n"
     out.write_text(text)

@@ -38,6 +38,14 @@ RESULTS = REPO / "benchmarks" / "algorithmic" / "runs"
 CHECKPOINTS = REPO / "outputs" / "algorithmic"
 BUCKETS = ((1, 40), (41, 100), (101, 250), (251, 500))  # Ruoss et al.: train on 1–40, test on 41–500
 TEST_SEED = 1_234_567  # test inputs depend on the task and length only
+LOSS_REDUCTIONS = ("mean", "sum")
+# settings added after runs had been written, at the value those runs were trained with
+ADDED_SETTINGS = {"loss_reduction": "mean"}
+
+
+def stored_settings(settings: dict) -> dict:
+    """The settings a run's file or kept weights record, completed with `ADDED_SETTINGS` where it predates them."""
+    return {**ADDED_SETTINGS, **settings}
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class RunSettings:
     warmup_steps: int = 500
     lr_scheduler_type: str = "cosine"
     max_grad_norm: float = 1.0
+    loss_reduction: str = "mean"  # "mean" over every blank of the batch; "sum" over each input's blanks (see loss_of)
     train_length: int = 40
     size: ModelSize = field(default_factory=ModelSize)
     buckets: tuple[tuple[int, int], ...] = BUCKETS
@@ -66,6 +75,8 @@ class RunSettings:
         for name in ("steps", "batch_size", "train_length", "lengths_per_bucket", "test_examples", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be positive, got {getattr(self, name)}.")
+        if self.loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"`loss_reduction` must be one of {list(LOSS_REDUCTIONS)}, got {self.loss_reduction!r}.")
         if self.buckets[0][1] != self.train_length:
             raise ValueError(
                 f"The first bucket {self.buckets[0]} must end at `train_length` ({self.train_length}): it is the "
@@ -127,12 +138,18 @@ def evaluate(model, task: Task, settings: RunSettings) -> dict:
     return {"lengths": lengths, "buckets": buckets}
 
 
-def loss_of(model, batch, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Cross-entropy at the blanks; `position_ids` (B, n + m) replace the model's own positions when given."""
+def loss_of(model, batch, position_ids: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy at the blanks; `position_ids` (B, n + m) replace the model's own positions when given.
+    `reduction="mean"`: the mean over every blank of the batch, so each step weighs the same whatever the length;
+    `"sum"`: summed over each input's m blanks, then averaged over the batch (the reference code's loss), so a step's
+    gradient grows with the length it drew."""
     if position_ids is not None:
         position_ids = position_ids.to(model.device)
     logits = model(input_ids=batch.input_ids.to(model.device), position_ids=position_ids).logits  # (B, n + m, symbols)
     labels = batch.labels.to(model.device)  # (B, n + m)
+    if reduction == "sum":
+        summed = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
+        return summed / labels.shape[0]
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())  # mean over the blanks
 
 
@@ -200,7 +217,7 @@ def train_run(
     started = time.perf_counter() - seconds
     while step < settings.steps:
         length = int(torch.randint(1, settings.train_length + 1, (1,), generator=data))
-        loss = loss_of(model, make_batch(task, settings.batch_size, length, data))
+        loss = loss_of(model, make_batch(task, settings.batch_size, length, data), reduction=settings.loss_reduction)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
@@ -280,7 +297,7 @@ def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path, dev
     if not saved.exists():
         return False
     state = torch.load(saved, weights_only=False, map_location=device)
-    if state["settings"] != asdict(base):
+    if stored_settings(state["settings"]) != asdict(base):
         return False
     task = get_task(settings.task)
     torch.manual_seed(settings.seed)
@@ -307,6 +324,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup_steps", type=int, default=RunSettings.warmup_steps, help="Linear warmup steps.")
     parser.add_argument(
         "--lr_scheduler_type", default=RunSettings.lr_scheduler_type, help="transformers.get_scheduler name."
+    )
+    parser.add_argument(
+        "--loss_reduction",
+        default=RunSettings.loss_reduction,
+        choices=LOSS_REDUCTIONS,
+        help="Cross-entropy averaged over every blank of a batch ('mean'), or summed over each input's blanks and "
+        "averaged over the batch ('sum', the reference code's loss: longer inputs weigh more).",
     )
     parser.add_argument("--train_length", type=int, default=RunSettings.train_length, help="Longest training input.")
     parser.add_argument("--dropout", type=float, default=ModelSize.dropout, help="Dropout of every arm.")
@@ -342,6 +366,7 @@ def planned_runs(args: argparse.Namespace) -> list[RunSettings]:
                     learning_rate=args.learning_rate,
                     warmup_steps=args.warmup_steps,
                     lr_scheduler_type=args.lr_scheduler_type,
+                    loss_reduction=args.loss_reduction,
                     train_length=args.train_length,
                     size=ModelSize(dropout=args.dropout),
                     buckets=((1, args.train_length), *BUCKETS[1:]),
