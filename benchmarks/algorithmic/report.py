@@ -204,12 +204,8 @@ def study_table(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
-SETTING_STUDIES = (
-    "batch*",
-    "steps*",
-    "dropout*",
-    "loss-*",
-)  # folders of `runs-probes/` that change one training setting
+# folders of `runs-probes/` that change one training setting
+SETTING_STUDIES = ("batch*", "steps*", "dropout*", "loss-*")
 
 
 def setting_runs(probes: Path) -> list[Path]:
@@ -247,7 +243,8 @@ def setting_table(results: Path, probes: Path) -> str:
             if all(other["settings"]["seed"] != s["seed"] for other in group):
                 group.append(run)
     buckets = [b["bucket"] for b in next(iter(groups.values()))[0]["buckets"]]
-    header = ["task", "arm", "steps × batch", "seeds", *buckets, "41–500 mean", "41–500 max", "min per run", "on"]
+    header = ["task", "arm", "steps × batch, setting changed", "seeds", *buckets, "41–500 mean", "41–500 max"]
+    header += ["min per run", "on"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (task, arm, steps, batch, dropout, reduction), runs in sorted(
         groups.items(),
