@@ -187,7 +187,7 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     assert paper.endswith("| 75.6 (max) |  | 75.6 (max) |")
 
 
-def test_setting_table_sets_larger_batches_more_steps_and_dropout_beside_the_benchmark_run(tmp_path):
+def test_setting_table_sets_larger_batches_more_steps_dropout_and_learning_rates_beside_the_benchmark_run(tmp_path):
     for seed in (0, 1):
         run.train_run(_tiny_settings("randomized", seed=seed, steps=3), tmp_path / "runs", tmp_path / "ck")
     run.train_run(
@@ -198,17 +198,22 @@ def test_setting_table_sets_larger_batches_more_steps_and_dropout_beside_the_ben
     run.train_run(dropout, tmp_path / "probes" / "dropout0.1", tmp_path / "ck")
     summed = _tiny_settings("randomized", steps=3, loss_reduction="sum")
     run.train_run(summed, tmp_path / "probes" / "loss-sum", tmp_path / "ck")
+    for learning_rate in (3e-3, 3e-4):
+        slower = _tiny_settings("randomized", steps=3, learning_rate=learning_rate)
+        run.train_run(slower, tmp_path / "probes" / f"lr{learning_rate:g}", tmp_path / "ck")
     (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the setting studies stays out of the table
     (tmp_path / "probes" / "reverse_string" / "sincos-seed0.json").write_text("{}")
     rows = report.setting_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
     # per arm, the benchmark's run of the seeds the studies ran (seed 0 only), then the other settings by inputs seen:
-    # the summed loss, then dropout, after the same budget without them; batch 16 before twice the steps at equal
-    # inputs. The randomized run also wrote randomized_evenly
+    # the learning rates in order around the benchmark's (1e-3), the summed loss, then dropout, after the same budget
+    # without them; batch 16 before twice the steps at equal inputs. The randomized run also wrote randomized_evenly
     assert [row.split(" | ")[1:4] for row in rows] == [
         [arm, budget, "0"]
         for arm in ("randomized", "randomized_evenly")
         for budget in (
+            "3 × 8, learning rate 3e-4",
             "3 × 8",
+            "3 × 8, learning rate 3e-3",
             "3 × 8, loss summed over each input's outputs",
             "3 × 8, dropout 0.1",
             "3 × 16",
@@ -216,6 +221,13 @@ def test_setting_table_sets_larger_batches_more_steps_and_dropout_beside_the_ben
         )
     ]
     assert all(row.endswith("| CPU, 1 thread |") for row in rows)
+
+
+@pytest.mark.parametrize(
+    "value, written", [(3e-4, "3e-4"), (2.5e-4, "2.5e-4"), (1e-3, "1e-3"), (0.01, "1e-2"), (3.0, "3e0")]
+)
+def test_learning_rates_are_written_as_on_the_command_line(value, written):
+    assert report._rate(value) == written
 
 
 def test_seed_spread_joins_extra_seeds_to_the_benchmark_runs(tmp_path):

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from .arms import ARMS
-from .run import RESULTS, stored_settings
+from .run import RESULTS, RunSettings, stored_settings
 from .tasks import get_task
 
 HERE = Path(__file__).resolve().parent
@@ -205,16 +205,17 @@ def study_table(paths: list[Path]) -> str:
 
 
 # folders of `runs-probes/` that change one training setting
-SETTING_STUDIES = ("batch*", "steps*", "dropout*", "loss-*")
+SETTING_STUDIES = ("batch*", "steps*", "dropout*", "loss-*", "lr*")
 
 
 def setting_runs(probes: Path) -> list[Path]:
     """The runs of the studies that change one training setting: `probes`/batch*/ (larger batches), steps*/ (more
-    steps), dropout*/ (dropout) and loss-*/ (the loss summed over each input's outputs)."""
+    steps), dropout*/ (dropout), loss-*/ (the loss summed over each input's outputs) and lr*/ (the peak learning
+    rate)."""
     return sorted(path for pattern in SETTING_STUDIES for path in probes.glob(f"{pattern}/*/*.json"))
 
 
-def _setting_key(settings: dict) -> tuple[str, str, int, int, float, str]:
+def _setting_key(settings: dict) -> tuple[str, str, int, int, float, str, float]:
     settings = stored_settings(settings)
     return (
         settings["task"],
@@ -223,15 +224,23 @@ def _setting_key(settings: dict) -> tuple[str, str, int, int, float, str]:
         settings["batch_size"],
         settings["size"]["dropout"],
         settings["loss_reduction"],
+        settings["learning_rate"],
     )
+
+
+def _rate(value: float) -> str:
+    """A learning rate as written on the command line: 0.0003 -> "3e-4", 0.00025 -> "2.5e-4"."""
+    mantissa, exponent = f"{value:.6e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def setting_table(results: Path, probes: Path) -> str:
     """Runs trained with one setting changed (`setting_runs`: more inputs per step, more steps, dropout, the loss's
-    reduction) beside the benchmark's runs of the same task, arm and seeds: per (task, arm, steps, batch, dropout,
-    reduction), mean ± sd over those seeds in each bucket, the 41–500 mean, the best seed's, the minutes of training
-    per run and where it ran."""
-    groups: dict[tuple[str, str, int, int, float, str], list[dict]] = {}
+    reduction, the learning rate) beside the benchmark's runs of the same task, arm and seeds: per (task, arm, steps,
+    batch, dropout, reduction, learning rate), mean ± sd over those seeds in each bucket, the 41–500 mean, the best
+    seed's, the minutes of training per run and where it ran. Within a budget, rows go by dropout, reduction, then
+    learning rate."""
+    groups: dict[tuple[str, str, int, int, float, str, float], list[dict]] = {}
     for path in setting_runs(probes):
         run = json.loads(path.read_text())
         s = run["settings"]
@@ -246,7 +255,7 @@ def setting_table(results: Path, probes: Path) -> str:
     header = ["task", "arm", "steps × batch, setting changed", "seeds", *buckets, "41–500 mean", "41–500 max"]
     header += ["min per run", "on"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (task, arm, steps, batch, dropout, reduction), runs in sorted(
+    for (task, arm, steps, batch, dropout, reduction, learning_rate), runs in sorted(
         groups.items(),
         key=lambda item: (item[0][0], ARMS.index(item[0][1]), item[0][2] * item[0][3], item[0][2], *item[0][4:]),
     ):
@@ -254,6 +263,7 @@ def setting_table(results: Path, probes: Path) -> str:
         seeds = ", ".join(str(run["settings"]["seed"]) for run in runs)
         training = f"{steps:,} × {batch}" + (f", dropout {dropout:g}" if dropout else "")
         training += ", loss summed over each input's outputs" if reduction == "sum" else ""
+        training += f", learning rate {_rate(learning_rate)}" if learning_rate != RunSettings.learning_rate else ""
         cells = [task, arm, training, seeds]
         cells += [_spread([run["buckets"][i]["accuracy"] for run in runs]) for i in range(len(buckets))]
         scores = [past_training_mean(run) for run in runs]
@@ -399,7 +409,8 @@ def report(
     if setting_runs(HERE / "runs-probes") and results == RESULTS:
         parts += [
             "",
-            "## Training-setting studies: larger batches, dropout, the reference code's loss",
+            "## Training-setting studies: larger batches, dropout, the reference code's loss, learning rates, "
+            "longer training",
             "",
             "Runs with one training setting changed, the others unchanged, beside the benchmark's runs of the same "
             "seeds. Larger batches: the randomized arm with 128 inputs per step (the reference code's; "
@@ -407,7 +418,10 @@ def report(
             "six or three runs sharing it) instead of 32, and the stratified arm with 128. Dropout 0.1 (the "
             "reference code's; `runs-probes/dropout0.1/`) instead of 0, and the loss summed over each input's "
             "outputs and averaged over the batch (the reference code's; `runs-probes/loss-sum/`) instead of "
-            "averaged over every output of the batch, on the stratified arm. Per-token accuracy (%) by bucket of "
+            "averaged over every output of the batch, on the stratified arm. The sinusoidal arm on Bucket Sort at "
+            "the learning rates 3e-4 and 3e-3 (`runs-probes/lr3e-4/`, `runs-probes/lr3e-3/`) around the benchmark's "
+            "1e-3, since the paper's figure is the best over 3 learning rates, and trained 12,000 steps instead of "
+            "2,000 (`runs-probes/steps12000/`). Per-token accuracy (%) by bucket of "
             "input lengths, mean ± sd over the seeds listed; `randomized_evenly` is the randomized arm's weights "
             "evaluated with evenly spaced positions. One H100 run (Reverse String seed 2) came back without its "
             "training record: its accuracies are its kept weights evaluated on the same GPU afterwards (the file "
