@@ -199,8 +199,8 @@ def test_setting_table_sets_larger_batches_more_steps_dropout_and_learning_rates
     summed = _tiny_settings("randomized", steps=3, loss_reduction="sum")
     run.train_run(summed, tmp_path / "probes" / "loss-sum", tmp_path / "ck")
     for learning_rate in (3e-3, 3e-4):
-        slower = _tiny_settings("randomized", steps=3, learning_rate=learning_rate)
-        run.train_run(slower, tmp_path / "probes" / f"lr{learning_rate:g}", tmp_path / "ck")
+        other_rate = _tiny_settings("randomized", steps=3, learning_rate=learning_rate)
+        run.train_run(other_rate, tmp_path / "probes" / f"lr{learning_rate:g}", tmp_path / "ck")
     (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the setting studies stays out of the table
     (tmp_path / "probes" / "reverse_string" / "sincos-seed0.json").write_text("{}")
     rows = report.setting_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
