@@ -182,36 +182,36 @@ def paper_comparison(runs: dict[str, dict[str, list[dict]]]) -> str:
         "best − paper",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    below, averages = [], {}
-    for task in [*tasks, "mean over the tasks"]:
+
+    def row(task: str, arm: str, column: str, paper: float, best: float, spread: str) -> str:
+        cells = [task, PAPER_COLUMN_LABELS[column], f"{paper:.1f}", f"`{arm}`", f"{best:.1f}", spread]
+        return "| " + " | ".join([*cells, f"{round(best, 1) - round(paper, 1):+.1f}"]) + " |"
+
+    below, per_task = [], {}  # per_task: (arm, column) -> [(paper, best, mean) for each task it ran]
+    for task in tasks:
         for arm, column in pairs:
-            if task in PAPER_TABLE_1:
-                if arm not in runs[task]:
-                    continue
-                scores = [100 * past_training_mean(run) for run in runs[task][arm]]
-                paper, best, mean = PAPER_TABLE_1[task][column], max(scores), statistics.mean(scores)
-                spread = f"{mean:.1f} ± {statistics.stdev(scores):.1f}" if len(scores) > 1 else f"{mean:.1f}"
-                averages.setdefault((arm, column), []).append((paper, best, mean))
-                if round(best, 1) < round(paper, 1):
-                    below.append(f"`{arm}` on {task} ({best:.1f} against {paper:.1f})")
-            else:
-                known = averages.get((arm, column), [])
-                if not tasks or len(known) < len(tasks):
-                    continue
-                paper, best, mean = (statistics.mean(values) for values in zip(*known, strict=True))
-                spread = f"{mean:.1f}"
-            cells = [task, PAPER_COLUMN_LABELS[column], f"{paper:.1f}", f"`{arm}`", f"{best:.1f}", spread]
-            cells.append(f"{round(best, 1) - round(paper, 1):+.1f}")
-            lines.append("| " + " | ".join(cells) + " |")
+            if arm not in runs[task]:
+                continue
+            scores = [past_training_mean(run) for run in runs[task][arm]]
+            paper, best, mean = PAPER_TABLE_1[task][column], 100 * max(scores), 100 * statistics.mean(scores)
+            per_task.setdefault((arm, column), []).append((paper, best, mean))
+            lines.append(row(task, arm, column, paper, best, _spread(scores)))
+            if round(best, 1) < round(paper, 1):
+                below.append(f"`{arm}` on {task} ({best:.1f} against {paper:.1f})")
+    over_tasks = {
+        pair: tuple(statistics.mean(values) for values in zip(*known, strict=True))
+        for pair, known in per_task.items()
+        if len(known) == len(tasks)
+    }
+    for (arm, column), (paper, best, mean) in over_tasks.items():
+        lines.append(row("mean over the tasks", arm, column, paper, best, f"{mean:.1f}"))
     words = [
         f"Below the paper's figure (our best seed against its best run, per task): {'; '.join(below)}."
         if below
         else "No best seed of ours is below the paper's figure."
     ]
-    if remedy is not None and len(averages.get((remedy, "randomized_sincos"), [])) == len(tasks):
-        paper, best, mean = (
-            statistics.mean(values) for values in zip(*averages[remedy, "randomized_sincos"], strict=True)
-        )
+    if (remedy, "randomized_sincos") in over_tasks:
+        paper, best, mean = over_tasks[remedy, "randomized_sincos"]
         words.append(
             f"Our best remedy over the {len(tasks)} tasks, `{remedy}`: {best:.1f} (best seed per task) and {mean:.1f} "
             f"(mean of seeds) against the paper's randomized sin/cos {paper:.1f}, "
