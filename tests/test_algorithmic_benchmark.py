@@ -1,10 +1,12 @@
 """The algorithmic length-generalisation benchmark (benchmarks/algorithmic/): task definitions, the position-blind
-floor, exact resume of a killed run, and the report. A tiny version: seconds, not the benchmark's hours."""
+floor, exact resume of a killed run, the results file of a study, and the report. A tiny version: seconds, not the
+benchmark's hours."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from benchmarks.algorithmic.arms import ARMS, POSITION_RANGE, ModelSize, build_m
 from benchmarks.algorithmic.probes import trained_probe
 from benchmarks.algorithmic.probes.multiscale_positions import multiscale_positions
 from benchmarks.algorithmic.probes.training_positions import grid_positions, stratified_positions
+from benchmarks.algorithmic.records import append_run, load_runs, results_file
 from benchmarks.algorithmic.tasks import BLANK, FIRST_SYMBOL, TASKS, get_task, majority_accuracy, make_batch
 
 TINY = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -124,6 +127,21 @@ def _tiny_settings(arm: str, **overrides) -> run.RunSettings:
     return run.RunSettings(**values)
 
 
+def _record(results: Path, arm: str, seed: int = 0) -> dict:
+    """The one record of `arm` and `seed` (a tiny Reverse String run) in the study folder `results`."""
+    (found,) = [
+        r for r in load_runs(results_file(results)) if (r["settings"]["arm"], r["settings"]["seed"]) == (arm, seed)
+    ]
+    return found
+
+
+def _forget(results: Path, arm: str) -> None:
+    """Take the runs of `arm` out of the study folder `results`, as if they had never finished."""
+    path = results_file(results)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if json.loads(line)["settings"]["arm"] != arm))
+
+
 def kill_then_resume(settings: run.RunSettings, tmp_path, monkeypatch, device: str = "cpu") -> dict:
     """Train `settings`, killed after step 5 (checkpoint at 4), then run it again: the resumed run's result."""
     calls = {"n": 0}
@@ -153,8 +171,11 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path, monkeypatch, arm):
     assert resumed["lengths"] == whole["lengths"]
     assert [p["train_loss"] for p in resumed["curve"]] == [p["train_loss"] for p in whole["curve"]]
     assert not (tmp_path / "ck" / "reverse_string" / f"{arm}-seed0" / "checkpoint.pt").exists()
-    written = json.loads((tmp_path / "resumed" / "reverse_string" / f"{arm}-seed0.json").read_text())
+    written = _record(tmp_path / "resumed", arm)
     assert written["lengths"] == whole["lengths"]
+    lines = results_file(tmp_path / "resumed").read_text()
+    assert run.train_run(settings, tmp_path / "resumed", tmp_path / "ck") == written  # finished: skipped, read back
+    assert results_file(tmp_path / "resumed").read_text() == lines  # nothing trained, nothing appended
 
 
 def test_settings_are_checked():
@@ -166,6 +187,67 @@ def test_settings_are_checked():
         _tiny_settings("sincos", loss_reduction="max").check()
 
 
+def test_a_study_file_appends_whole_lines_and_loads_them_back(tmp_path):
+    path = results_file(tmp_path / "study")
+    assert load_runs(path) == []  # no run finished yet
+    records = [
+        {"settings": {"arm": arm, "seed": 0}, "buckets": [{"accuracy": 0.1 * i}]} for i, arm in enumerate("abc")
+    ]
+    for record in records[:2]:
+        append_run(path, record)
+    assert path.read_text().count("\n") == 2 and load_runs(path) == records[:2]
+    append_run(path, records[2])
+    assert load_runs(path) == records  # in the order written, values as they were
+
+
+def test_a_line_cut_short_by_a_killed_run_is_left_out_then_replaced(tmp_path):
+    path = results_file(tmp_path)
+    append_run(path, {"settings": {"seed": 0}})
+    whole = json.dumps({"settings": {"seed": 1}, "curve": [0.5, 0.25]})
+    with path.open("a") as handle:
+        handle.write(whole[: len(whole) // 2])  # killed mid-line
+    with pytest.warns(UserWarning, match="line 2: cut short"):
+        assert load_runs(path) == [{"settings": {"seed": 0}}]
+    with pytest.warns(UserWarning, match="removing a last line cut short"):
+        append_run(path, {"settings": {"seed": 2}})  # the run written again, or another
+    assert load_runs(path) == [{"settings": {"seed": 0}}, {"settings": {"seed": 2}}]
+    path.write_text(whole[:10] + "\n" + whole + "\n")  # a broken line before others is an error, not a warning
+    with pytest.raises(ValueError, match="line 1: not a JSON record"):
+        load_runs(path)
+
+
+def test_the_report_refuses_a_run_recorded_twice(tmp_path):
+    run.train_run(_tiny_settings("none", steps=3), tmp_path / "runs", tmp_path / "ck")
+    append_run(results_file(tmp_path / "runs"), _record(tmp_path / "runs", "none"))
+    with pytest.raises(ValueError, match="arm 'none', seed 0 is recorded twice"):
+        report.report(tmp_path / "runs", tmp_path / "results.md", picture=None)
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_optimizer_is_the_training_librarys_adamw_by_tensor_rank(arm):
+    """The training library's `parameter_groups` replaced the benchmark's own split, unchanged: the same tensors in
+    the same order (matrices decay 0.01, vectors none) and the same AdamW and schedule settings."""
+    torch.manual_seed(0)
+    model = build_model(arm, get_task("reverse_string"), TINY, 4)
+    settings = _tiny_settings(arm)
+    optimizer, _ = run.build_optimizer(model, settings)
+    before = torch.optim.AdamW(  # the benchmark's builder as it was
+        [
+            {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.01},
+            {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=settings.learning_rate,
+        betas=(0.9, 0.98),
+    )
+    get_scheduler(settings.lr_scheduler_type, before, settings.warmup_steps, settings.steps)  # sets the groups' lr
+    assert len(optimizer.param_groups) == len(before.param_groups) == 2
+    for group, expected in zip(optimizer.param_groups, before.param_groups, strict=True):
+        assert [id(p) for p in group["params"]] == [id(p) for p in expected["params"]]
+        assert {k: v for k, v in group.items() if k != "params"} == {
+            k: v for k, v in expected.items() if k != "params"
+        }
+
+
 def test_report_puts_our_runs_beside_the_paper(tmp_path):
     for arm in ("sincos", "none"):
         for seed in (0, 1):
@@ -175,12 +257,7 @@ def test_report_puts_our_runs_beside_the_paper(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| ours: sin/cos"))
     assert "(2 seeds)" in row and "±" in row
     assert "| majority symbol" in text
-    scores = [
-        report.past_training_mean(
-            json.loads((tmp_path / "runs" / "reverse_string" / f"sincos-seed{seed}.json").read_text())
-        )
-        for seed in (0, 1)
-    ]
+    scores = [report.past_training_mean(_record(tmp_path / "runs", "sincos", seed)) for seed in (0, 1)]
     # one task: its 41–500 mean over seeds and its best seed are the means over the tasks
     assert row.split(" | ")[-2:] == [f"{50 * (scores[0] + scores[1]):.1f}", f"{100 * max(scores):.1f} |"]
     paper = next(line for line in text.splitlines() if line.startswith("| paper, Table 1: randomized sin/cos"))
@@ -244,8 +321,8 @@ def test_setting_table_sets_larger_batches_more_steps_dropout_and_learning_rates
     for learning_rate in (3e-3, 3e-4):
         other_rate = _tiny_settings("randomized", steps=3, learning_rate=learning_rate)
         run.train_run(other_rate, tmp_path / "probes" / f"lr{learning_rate:g}", tmp_path / "ck")
-    (tmp_path / "probes" / "reverse_string").mkdir()  # a probe outside the setting studies stays out of the table
-    (tmp_path / "probes" / "reverse_string" / "sincos-seed0.json").write_text("{}")
+    (tmp_path / "probes" / "budget").mkdir()  # a study outside the setting studies stays out of the table (unread)
+    results_file(tmp_path / "probes" / "budget").write_text("{}\n")
     rows = report.setting_table(tmp_path / "runs", tmp_path / "probes").splitlines()[2:]
     # per arm, the benchmark's run of the seeds the studies ran (seed 0 only), then the other settings by inputs seen:
     # the learning rates in order around the benchmark's (1e-3), the summed loss, then dropout, after the same budget
@@ -279,8 +356,7 @@ def test_seed_spread_joins_extra_seeds_to_the_benchmark_runs(tmp_path):
         for seed in numbers:
             run.train_run(_tiny_settings("sincos", seed=seed, steps=3), tmp_path / folder, tmp_path / "ck")
     scores = [
-        report.past_training_mean(json.loads(path.read_text()))
-        for path in sorted(tmp_path.glob("**/sincos-seed*.json"))
+        report.past_training_mean(_record(tmp_path / folder, "sincos", s)) for folder in seeds for s in seeds[folder]
     ]
     rows = [
         row.strip("| ").split(" | ")
@@ -311,10 +387,10 @@ def test_seed_spread_refuses_runs_that_are_not_more_seeds_of_the_benchmark(tmp_p
 
 @pytest.mark.parametrize(("derived_arm", "base_arm"), [("window", "sincos"), ("randomized_evenly", "randomized")])
 def test_an_inference_only_arm_is_its_base_run_evaluated_again(tmp_path, derived_arm, base_arm):
-    """The window acts only past the training length and `position_sampling_inference` only in evaluation, so these
+    """The window acts only past the training length and `position_inference` only in evaluation, so these
     arms train exactly as their base arm: the base run writes both results, equal to a run trained on its own."""
     base = run.train_run(_tiny_settings(base_arm, steps=3), tmp_path / "runs", tmp_path / "ck")
-    derived = json.loads((tmp_path / "runs" / "reverse_string" / f"{derived_arm}-seed0.json").read_text())
+    derived = _record(tmp_path / "runs", derived_arm)
     alone = run.train_run(_tiny_settings(derived_arm, steps=3), tmp_path / "alone", tmp_path / "ck-alone")
     assert derived["settings"]["arm"] == derived_arm and derived["trained_as"] == base_arm
     assert derived["lengths"] == alone["lengths"] and derived["curve"] == base["curve"]
@@ -331,18 +407,17 @@ def test_an_inference_only_arm_is_its_base_run_evaluated_again(tmp_path, derived
 def test_an_arm_added_after_its_base_run_is_evaluated_from_the_kept_weights(tmp_path, derived_arm, base_arm):
     runs, kept = tmp_path / "runs", tmp_path / "ck"
     run.train_run(_tiny_settings(base_arm, steps=3), runs, kept)
-    derived_json = runs / "reverse_string" / f"{derived_arm}-seed0.json"
-    first = json.loads(derived_json.read_text())
+    first = _record(runs, derived_arm)
 
-    derived_json.unlink()  # asked for on its own: evaluated from model.pt, nothing trained
+    _forget(runs, derived_arm)  # asked for on its own: evaluated from model.pt, nothing trained
     assert run.train_run(_tiny_settings(derived_arm, steps=3), runs, kept)["lengths"] == first["lengths"]
     assert not (kept / "reverse_string" / f"{derived_arm}-seed0").exists()
 
-    derived_json.unlink()  # asked for with its finished base run: filled in
+    _forget(runs, derived_arm)  # asked for with its finished base run: filled in
     run.train_run(_tiny_settings(base_arm, steps=3), runs, kept)
-    assert json.loads(derived_json.read_text())["lengths"] == first["lengths"]
+    assert _record(runs, derived_arm)["lengths"] == first["lengths"]
 
-    derived_json.unlink()  # weights trained with other settings are not used: the arm trains on its own
+    _forget(runs, derived_arm)  # weights trained with other settings are not used: the arm trains on its own
     saved = kept / "reverse_string" / f"{base_arm}-seed0" / "model.pt"
     state = torch.load(saved, weights_only=False)
     torch.save({**state, "settings": {**state["settings"], "steps": 99}}, saved)

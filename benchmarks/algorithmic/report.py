@@ -6,11 +6,11 @@ python -m benchmarks.algorithmic.report        # -> benchmarks/algorithmic/resul
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 from .arms import ARMS
+from .records import load_runs, results_file
 from .run import RESULTS, RunSettings, stored_settings
 from .tasks import get_task
 
@@ -19,11 +19,11 @@ ARM_LABELS = {
     "sincos": "ours: sin/cos (post-LN, as the paper)",
     "none": "ours without position encoding",
     "learned": "BERT: learned absolute positions",
-    "randomized": 'ours + `position_sampling="ordered_subset"` (the paper\'s randomized sin/cos)',
-    "offset": "ours + `random_position_offset`",
+    "randomized": 'ours + `position_mode="ordered_subset"` (the paper\'s randomized sin/cos)',
+    "offset": 'ours + `position_mode="random_offset"`',
     "window": "ours + `long_input_attention_window`",
-    "randomized_evenly": 'ours + `position_sampling="ordered_subset"`, `position_sampling_inference="evenly_spaced"`',
-    "stratified": 'ours + `position_sampling="stratified"`, `position_sampling_inference="evenly_spaced"`',
+    "randomized_evenly": 'ours + `position_mode="ordered_subset"`, `position_inference="evenly_spaced"`',
+    "stratified": 'ours + `position_mode="stratified"`, `position_inference="evenly_spaced"`',
 }
 
 # Ruoss et al. 2023 (arXiv 2305.16843, ACL 2023), Table 1, Transformer encoder, accuracy in % averaged over all test
@@ -41,16 +41,29 @@ PAPER_COLUMN_LABELS = {"none": "no encoding", "sincos": "sin/cos", "randomized_s
 BASELINE_ARMS = ("sincos", "none", "learned")  # what the remedies are measured against; every other arm is a remedy
 
 
-def load_runs(results: Path) -> dict[str, dict[str, list[dict]]]:
-    """{task: {arm: [run, ...]}} of every finished run under `results`, seeds in order."""
+def _by_run(runs: list[dict]) -> list[dict]:
+    """`runs` by task, arm, then seed, whatever order they ended in."""
+    return sorted(runs, key=lambda run: (run["settings"]["task"], run["settings"]["arm"], run["settings"]["seed"]))
+
+
+def study_runs(study: Path) -> list[dict]:
+    """The finished runs of the study in folder `study` (its `results.jsonl`), by task, arm, then seed."""
+    return _by_run(load_runs(results_file(study)))
+
+
+def runs_by_task(results: Path) -> dict[str, dict[str, list[dict]]]:
+    """{task: {arm: [run, ...]}} of every finished run of the study in `results`: tasks and arms in alphabetical
+    order, seeds in order. A (task, arm, seed) recorded twice is refused: it would count twice."""
     runs: dict[str, dict[str, list[dict]]] = {}
-    for path in sorted(results.glob("*/*.json")):
-        run = json.loads(path.read_text())
+    for run in study_runs(results):
         settings = run["settings"]
-        runs.setdefault(settings["task"], {}).setdefault(settings["arm"], []).append(run)
-    for arms in runs.values():
-        for seeds in arms.values():
-            seeds.sort(key=lambda run: run["settings"]["seed"])
+        seeds = runs.setdefault(settings["task"], {}).setdefault(settings["arm"], [])
+        if seeds and seeds[-1]["settings"]["seed"] == settings["seed"]:
+            raise ValueError(
+                f"{results_file(results)}: {settings['task']}, arm {settings['arm']!r}, seed {settings['seed']} is "
+                "recorded twice: keep one of its lines."
+            )
+        seeds.append(run)
     return runs
 
 
@@ -264,9 +277,8 @@ def study_label(run: dict) -> str:
     )
 
 
-def study_table(paths: list[Path]) -> str:
+def study_table(runs: list[dict]) -> str:
     """Single runs side by side: in-distribution accuracy (lengths 10–40) at fixed steps, then the final buckets."""
-    runs = [json.loads(path.read_text()) for path in paths]
     header = ["run", *(f"step {n}" for n in STUDY_STEPS), "final 1–40", "final 41–500"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in sorted(runs, key=study_label):
@@ -279,13 +291,15 @@ def study_table(paths: list[Path]) -> str:
 
 # folders of `runs-probes/` that change one training setting
 SETTING_STUDIES = ("batch*", "steps*", "dropout*", "loss-*", "lr*")
+BUDGET_STUDY = "budget"  # folder of `runs-probes/` holding the 3,000-step single runs that chose the budget
 
 
-def setting_runs(probes: Path) -> list[Path]:
+def setting_runs(probes: Path) -> list[dict]:
     """The runs of the studies that change one training setting: `probes`/batch*/ (larger batches), steps*/ (more
     steps), dropout*/ (dropout), loss-*/ (the loss summed over each input's outputs) and lr*/ (the peak learning
-    rate)."""
-    return sorted(path for pattern in SETTING_STUDIES for path in probes.glob(f"{pattern}/*/*.json"))
+    rate), study by study in alphabetical order."""
+    studies = sorted({study for pattern in SETTING_STUDIES for study in probes.glob(pattern) if study.is_dir()})
+    return [run for study in studies for run in study_runs(study)]
 
 
 def _setting_key(settings: dict) -> tuple[str, str, int, int, float, str, float]:
@@ -313,14 +327,14 @@ def setting_table(results: Path, probes: Path) -> str:
     batch, dropout, reduction, learning rate), mean ± sd over those seeds in each bucket, the 41–500 mean, the best
     seed's, the minutes of training per run and where it ran. Within a budget, rows go by dropout, reduction, then
     learning rate."""
+    benchmark = {(r["settings"]["task"], r["settings"]["arm"], r["settings"]["seed"]): r for r in study_runs(results)}
     groups: dict[tuple[str, str, int, int, float, str, float], list[dict]] = {}
-    for path in setting_runs(probes):
-        run = json.loads(path.read_text())
+    for run in setting_runs(probes):
         s = run["settings"]
         groups.setdefault(_setting_key(s), []).append(run)
-        base = results / s["task"] / f"{s['arm']}-seed{s['seed']}.json"
-        if base.exists():  # the benchmark's run of the same seed, once per (task, arm) and seed
-            run = json.loads(base.read_text())
+        base = benchmark.get((s["task"], s["arm"], s["seed"]))
+        if base is not None:  # the benchmark's run of the same seed, once per (task, arm) and seed
+            run = base
             group = groups.setdefault(_setting_key(run["settings"]), [])
             if all(other["settings"]["seed"] != s["seed"] for other in group):
                 group.append(run)
@@ -360,26 +374,26 @@ def seed_spread_table(results: Path, probes: Path) -> str:
     """The benchmark's runs of a task and arm together with the extra seeds of `probes`/seeds/: the spread over all
     the seeds (mean ± sd, worst and best of 41–500) beside the paper's figure, which is a best run. The extra runs must
     have the benchmark runs' settings but the seed: a run that differs otherwise, or repeats a seed, is refused."""
+    study, benchmark = results_file(probes / SEED_STUDY), study_runs(results)
     extra: dict[tuple[str, str], list[dict]] = {}
-    for path in sorted((probes / SEED_STUDY).glob("*/*.json")):
-        run = json.loads(path.read_text())
+    for run in study_runs(probes / SEED_STUDY):
         extra.setdefault((run["settings"]["task"], run["settings"]["arm"]), []).append(run)
     header = ["task", "arm", "seeds", "1-40", "41–500 mean", "41–500 min", "41–500 max", "paper, Table 1 (max)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (task, arm), added in sorted(extra.items(), key=lambda item: (item[0][0], ARMS.index(item[0][1]))):
-        base = [json.loads(path.read_text()) for path in sorted((results / task).glob(f"{arm}-seed*.json"))]
+        base = [run for run in benchmark if (run["settings"]["task"], run["settings"]["arm"]) == (task, arm)]
         if not base:
-            raise ValueError(f"{probes / SEED_STUDY / task}: no benchmark run of arm {arm!r} under {results / task}.")
+            raise ValueError(f"{study}: no benchmark run of arm {arm!r} on {task} in {results_file(results)}.")
         for run in added:
             if _without_seed(run["settings"]) != _without_seed(base[0]["settings"]):
                 raise ValueError(
-                    f"{probes / SEED_STUDY / task}: seed {run['settings']['seed']} of arm {arm!r} was not trained "
-                    "with the benchmark run's settings (only the seed may differ)."
+                    f"{study}: seed {run['settings']['seed']} of arm {arm!r} on {task} was not trained with the "
+                    "benchmark run's settings (only the seed may differ)."
                 )
         runs = sorted(base + added, key=lambda run: run["settings"]["seed"])
         seeds = [run["settings"]["seed"] for run in runs]
         if len(set(seeds)) != len(seeds):
-            raise ValueError(f"{probes / SEED_STUDY / task}: arm {arm!r} repeats a seed of the benchmark: {seeds}.")
+            raise ValueError(f"{study}: arm {arm!r} on {task} repeats a seed of the benchmark: {seeds}.")
         scores = [past_training_mean(run) for run in runs]
         paper = PAPER_TABLE_1.get(task, {}).get(PAPER_COLUMN.get(arm, ""))
         contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
@@ -432,9 +446,11 @@ def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
 def report(
     results: Path = RESULTS, out: Path = HERE / "results.md", picture: Path | None = HERE / "results.png"
 ) -> str:
-    runs = load_runs(results)
+    runs = runs_by_task(results)
     if not runs:
-        raise ValueError(f"No finished runs under {results}: run `python -m benchmarks.algorithmic.run` first.")
+        raise ValueError(
+            f"No finished runs in {results_file(results)}: run `python -m benchmarks.algorithmic.run` first."
+        )
     parts = [
         "# Algorithmic length generalisation: results",
         "",
@@ -477,17 +493,17 @@ def report(
             "",
             curve_table(arms),
         ]
-    studies = sorted((HERE / "runs-probes").glob("*.json")) + sorted(results.glob("reverse_string/sincos-seed*.json"))
+    studies = study_runs(HERE / "runs-probes" / BUDGET_STUDY) + runs.get("reverse_string", {}).get("sincos", [])
     if studies and results == RESULTS:
         parts += [
             "",
             "## Budget studies: single runs of the sinusoidal arm",
             "",
             "Accuracy (%) on lengths 10–40 during training (the in-distribution curve), then the final accuracy in "
-            "distribution and over the test lengths 41–500. The 3,000-step runs (`runs-probes/`) tried the learning "
-            "rate and the norm placement on Reverse String, and the budget of Odds First (where no arm learned the "
-            "task in 3,000 steps: `runs-probes/odds_first-3000/` holds every arm's run); the 12,000-step rows are "
-            "the runs of the table above.",
+            "distribution and over the test lengths 41–500. The 3,000-step runs (`runs-probes/budget/`) tried the "
+            "learning rate and the norm placement on Reverse String, and the budget of Odds First (where no arm "
+            "learned the task in 3,000 steps: `runs-probes/odds_first-3000/` holds every arm's run); the 12,000-step "
+            "rows are the runs of the table above.",
             "",
             study_table(studies),
         ]
@@ -535,7 +551,9 @@ def report(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results_dir", default=str(RESULTS), help="Where the finished runs are.")
+    parser.add_argument(
+        "--results_dir", default=str(RESULTS), help="The study's folder, whose results.jsonl holds its finished runs."
+    )
     parser.add_argument("--out", default=str(HERE / "results.md"), help="The markdown report to write.")
     parser.add_argument("--plot", default=str(HERE / "results.png"), help="The picture to write ('' for none).")
     args = parser.parse_args(argv)

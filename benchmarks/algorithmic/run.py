@@ -6,9 +6,10 @@ per-token accuracy at the blanks (the papers' measure) on fixed test inputs: a f
 distribution; 41–100, 101–250, 251–500 out of distribution), the same inputs for every arm and seed. Every arm of a
 seed trains on the same batches (a data generator of its own, seeded by the seed) from the same initial RNG state.
 
-A run writes `benchmarks/algorithmic/runs/<task>/<arm>-seed<seed>.json` when it ends and a checkpoint under
-`outputs/algorithmic/` every `--checkpoint_every` steps, so a killed benchmark resumes where it stopped: finished
-runs are skipped, unfinished ones continue from their checkpoint with the same RNG states. A finished run leaves
+A run appends its record, one line, to `benchmarks/algorithmic/runs/results.jsonl` (`records.py`) when it ends
+and writes a checkpoint under `outputs/algorithmic/` every `--checkpoint_every` steps, so a killed benchmark resumes
+where it stopped: runs whose (task, arm, seed) is in the file are skipped, unfinished ones continue from their
+checkpoint with the same RNG states. A finished run leaves
 its trained weights there (`model.pt`), from which an evaluation-only arm added later is evaluated.
 
     python -m benchmarks.algorithmic.run --tasks reverse_string --seeds 0 1 2 --jobs 2
@@ -18,7 +19,6 @@ its trained weights there (`model.pt`), from which an evaluation-only arm added 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -30,11 +30,14 @@ import torch
 import torch.nn.functional as F
 from transformers import get_scheduler
 
+from sinusoidal_encoder_training.optimization import parameter_groups
+
 from .arms import ARMS, EVALUATED_FROM, ModelSize, build_model, inference_overrides
+from .records import append_run, load_runs, results_file
 from .tasks import TASKS, Task, get_task, majority_accuracy, make_batch
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "benchmarks" / "algorithmic" / "runs"
+RESULTS = REPO / "benchmarks" / "algorithmic" / "runs"  # the benchmark's runs: RESULTS / "results.jsonl"
 CHECKPOINTS = REPO / "outputs" / "algorithmic"
 BUCKETS = ((1, 40), (41, 100), (101, 250), (251, 500))  # Ruoss et al.: train on 1–40, test on 41–500
 TEST_SEED = 1_234_567  # test inputs depend on the task and length only
@@ -44,7 +47,7 @@ ADDED_SETTINGS = {"loss_reduction": "mean"}
 
 
 def stored_settings(settings: dict) -> dict:
-    """The settings a run's file or kept weights record, completed with `ADDED_SETTINGS` where it predates them."""
+    """The settings a run's record or kept weights hold, completed with `ADDED_SETTINGS` where they predate them."""
     return {**ADDED_SETTINGS, **settings}
 
 
@@ -86,6 +89,18 @@ class RunSettings:
     @property
     def name(self) -> str:
         return f"{self.arm}-seed{self.seed}"
+
+
+def finished_run(results: Path, settings: RunSettings) -> dict | None:
+    """The record in `results`' file of the run of `settings`' task, arm and seed (the last if several); None if it
+    has not finished."""
+    key = (settings.task, settings.arm, settings.seed)
+    found = [run for run in load_runs(results_file(results)) if _key(run["settings"]) == key]
+    return found[-1] if found else None
+
+
+def _key(settings: dict) -> tuple[str, str, int]:
+    return settings["task"], settings["arm"], settings["seed"]
 
 
 def test_lengths(bucket: tuple[int, int], count: int) -> list[int]:
@@ -156,15 +171,10 @@ def loss_of(model, batch, position_ids: torch.Tensor | None = None, reduction: s
 def build_optimizer(
     model, settings: RunSettings
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW (β = 0.9, 0.98; weight decay 0.01 on matrices, none on vectors), then `settings.warmup_steps` of linear
-    warmup and `settings.lr_scheduler_type` decay over `settings.steps`."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=settings.learning_rate,
-        betas=(0.9, 0.98),
-    )
+    """AdamW (β = 0.9, 0.98, ε = 1e-8; weight decay 0.01 on matrices, none on vectors: the training library's
+    `parameter_groups`), then `settings.warmup_steps` of linear warmup and `settings.lr_scheduler_type` decay over
+    `settings.steps`."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, 0.01), lr=settings.learning_rate, betas=(0.9, 0.98))
     return optimizer, get_scheduler(settings.lr_scheduler_type, optimizer, settings.warmup_steps, settings.steps)
 
 
@@ -178,24 +188,25 @@ def _save(state: dict, path: Path) -> None:
 def train_run(
     settings: RunSettings, results: Path = RESULTS, checkpoints: Path = CHECKPOINTS, device: str = "cpu"
 ) -> dict:
-    """Train one run to `settings.steps` on `device`, resuming from its checkpoint if there is one; evaluate; write
-    the result. The data and the initial weights come from CPU generators whatever the device; on a GPU the
-    randomized arm's position draws use the GPU's generator (seeded and checkpointed as well)."""
+    """Train one run to `settings.steps` on `device`, resuming from its checkpoint if there is one; evaluate; append
+    the result to `results`' file (see `records.py`). The data and the initial weights come from CPU generators
+    whatever the device; on a GPU the randomized arm's position draws use the GPU's generator (seeded and
+    checkpointed as well)."""
     settings.check()
     task = get_task(settings.task)
-    out = results / settings.task / f"{settings.name}.json"
-    if out.exists():
+    done = finished_run(results, settings)
+    if done is not None:
         for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
-            if not (results / settings.task / f"{derived}-seed{settings.seed}.json").exists():
+            if finished_run(results, replace(settings, arm=derived)) is None:
                 _evaluate_saved(replace(settings, arm=derived), results, checkpoints, device)  # added later
-        return json.loads(out.read_text())
+        return done
     base = EVALUATED_FROM.get(settings.arm)
     if base is not None:
-        if not (results / settings.task / f"{base}-seed{settings.seed}.json").exists():
+        if finished_run(results, replace(settings, arm=base)) is None:
             train_run(replace(settings, arm=base), results, checkpoints, device)  # writes this arm's result too
-            return json.loads(out.read_text())
+            return finished_run(results, settings)
         if _evaluate_saved(settings, results, checkpoints, device):
-            return json.loads(out.read_text())
+            return finished_run(results, settings)
         # the base run's weights are gone: train this arm on its own, which trains exactly as the base arm
     checkpoint = checkpoints / settings.task / settings.name / "checkpoint.pt"
     torch.manual_seed(settings.seed)
@@ -263,8 +274,7 @@ def train_run(
         "curve": curve,
         **evaluation,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    append_run(results_file(results), result)
     for derived in (arm for arm, base in EVALUATED_FROM.items() if base == settings.arm):
         _evaluate_derived(model, task, replace(settings, arm=derived), result, results)
     weights = {name: tensor.cpu() for name, tensor in model.state_dict().items()}  # loadable without a GPU
@@ -286,7 +296,7 @@ def _evaluate_derived(model, task: Task, settings: RunSettings, trained: dict, r
         **evaluate(model, task, settings),
     }
     result["eval_seconds"] = round(time.perf_counter() - started, 1)
-    (results / settings.task / f"{settings.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    append_run(results_file(results), result)
 
 
 def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path, device: str = "cpu") -> bool:
@@ -303,8 +313,7 @@ def _evaluate_saved(settings: RunSettings, results: Path, checkpoints: Path, dev
     torch.manual_seed(settings.seed)
     model = build_model(base.arm, task, settings.size, settings.train_length).to(device)
     model.load_state_dict(state["model"])
-    trained = json.loads((results / settings.task / f"{base.name}.json").read_text())
-    _evaluate_derived(model, task, settings, trained, results)
+    _evaluate_derived(model, task, settings, finished_run(results, base), results)
     return True
 
 
@@ -342,7 +351,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--device", default="cpu", help="Where runs train and evaluate ('cuda': several jobs share the GPU)."
     )
-    parser.add_argument("--results_dir", default=str(RESULTS), help="Where finished runs are written.")
+    parser.add_argument(
+        "--results_dir", default=str(RESULTS), help="The study's folder: finished runs go to its results.jsonl."
+    )
     parser.add_argument("--checkpoint_dir", default=str(CHECKPOINTS), help="Where unfinished runs keep their state.")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -380,6 +391,8 @@ def planned_runs(args: argparse.Namespace) -> list[RunSettings]:
 
 def describe(settings: RunSettings, result: dict) -> str:
     buckets = "  ".join(f"{b['bucket']}: {b['accuracy']:.3f}" for b in result["buckets"])
+    if result["train_seconds"] is None:  # a recorded run whose training record was lost (its "record" says so)
+        return f"{settings.task} {settings.name}: {buckets}  (time not recorded)"
     minutes = (result["train_seconds"] + result["eval_seconds"]) / 60
     return f"{settings.task} {settings.name}: {buckets}  ({minutes:.1f} min)"
 
