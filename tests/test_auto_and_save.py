@@ -112,6 +112,7 @@ def test_saved_folder_is_hub_ready(tmp_path):
         "model.safetensors",
         "modeling_sinusoidal_encoder.py",
         "configuration_sinusoidal_encoder.py",
+        "positions.py",
     } <= files
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "sinusoidal_encoder"
@@ -121,7 +122,10 @@ def test_saved_folder_is_hub_ready(tmp_path):
     # the copied code imports nothing from this package or the training code: relative imports among its own files
     code = (tmp_path / "modeling_sinusoidal_encoder.py").read_text()
     assert "sinusoidal_encoder import" not in code.replace(".configuration_sinusoidal_encoder import", "")
-    assert "from .configuration_sinusoidal_encoder import" in code
+    assert "from .configuration_sinusoidal_encoder import" in code and "from .positions import" in code
+    positions = (tmp_path / "positions.py").read_text()  # the position modes: torch alone
+    imports = {line.split()[1] for line in positions.splitlines() if line.startswith(("import ", "from "))}
+    assert imports <= {"__future__", "collections.abc", "dataclasses", "typing", "torch"}
 
 
 HUB_LOADER = textwrap.dedent(
@@ -161,7 +165,7 @@ def test_hub_folder_loads_with_trust_remote_code_without_the_package(tmp_path, t
     expected, jobs = {}, {}
     for auto_name, cls in HEADS.items():
         # one head with the randomized encoding: its evaluation-mode draw must be the same in the Hub copy
-        overrides = {"position_sampling": "ordered_subset"} if auto_name == "AutoModelForTokenClassification" else {}
+        overrides = {"position_mode": "ordered_subset"} if auto_name == "AutoModelForTokenClassification" else {}
         model = cls(head_config(**overrides)).eval()
         model.save_pretrained(tmp_path / auto_name)
         jobs[auto_name] = head_inputs(auto_name)

@@ -351,24 +351,6 @@ def test_the_layers_take_packed_tokens_with_transformers_varlen_arguments(
     assert torch.equal(unpadded[real], out[0]) and unpadded[~real].abs().max() == 0
 
 
-def test_the_model_builds_positions_and_the_embeddings_encode_them():
-    config = tiny_config(random_position_offset=50)
-    model = AutoModel.from_config(config)
-    torch.manual_seed(0)
-    positions, num_positions = model.build_position_ids(None, 4, 7)
-    assert positions.shape == (4, 7) and num_positions == 57
-    starts = positions[:, :1]
-    assert torch.equal(positions, starts + torch.arange(7)) and 0 <= starts.min() and starts.max() <= 50
-    model.eval()
-    positions, num_positions = model.build_position_ids(None, 4, 7)
-    assert positions.tolist() == [list(range(7))] and num_positions == 7  # no offsets outside training
-    given = torch.arange(3, 10).unsqueeze(0)
-    assert model.build_position_ids(given, 1, 7) == (given, None)  # the caller's positions win
-    exact = se.sinusoidal_position_encoding(positions.expand(4, 7) + 40, config.hidden_size)
-    from_table = model.embeddings.encode_positions(positions.expand(4, 7) + 40, num_positions=47)
-    assert torch.equal(from_table, exact)  # a row of the table is the encoding of its position, bit for bit
-
-
 def _out_of_place_residuals(sublayer_output, residual):
     return residual + sublayer_output
 
@@ -458,42 +440,6 @@ def test_per_sequence_attention_handles_holes_empty_rows_and_training(attn_imple
     assert torch.isfinite(outs[1].logits).all()
     for (name, a), b in zip(padded_model.named_parameters(), packed_model.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
-
-
-@pytest.mark.parametrize("padded", [False, True])
-def test_random_position_offset_shifts_positions_in_training_only(padded):
-    """With `random_position_offset` K, training starts each sequence at a position drawn from 0…K with the global
-    RNG: the same outputs as passing those positions explicitly. Evaluation starts at 0."""
-    max_offset = 300
-    model = AutoModel.from_config(tiny_config(random_position_offset=max_offset))
-    plain = AutoModel.from_config(tiny_config())
-    plain.load_state_dict(model.state_dict())
-    ids = random_ids(4, 10)
-    mask = torch.ones_like(ids)
-    if padded:
-        mask[1, 6:] = 0
-        mask[3, 2:] = 0
-    model.train()
-    torch.manual_seed(7)
-    shifted = model(ids, attention_mask=mask).last_hidden_state
-    torch.manual_seed(7)
-    starts = torch.randint(0, max_offset + 1, (4, 1))
-    assert len(set(starts.flatten().tolist())) > 1  # sequences get different offsets
-    explicit = model(ids, attention_mask=mask, position_ids=torch.arange(10) + starts).last_hidden_state
-    real = mask.bool()
-    assert torch.equal(shifted[real], explicit[real])
-    unshifted = model(ids, attention_mask=mask).last_hidden_state  # new offsets at every call
-    assert not torch.allclose(unshifted[real], shifted[real])
-    model.eval()
-    plain.eval()
-    with torch.no_grad():
-        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, plain(ids, attention_mask=mask)[0])
-
-
-@pytest.mark.parametrize("value", [-1, 2.5, True])
-def test_random_position_offset_is_checked(value):
-    with pytest.raises(ValueError, match="random_position_offset"):
-        tiny_config(random_position_offset=value)
 
 
 def _band(length: int, window: int) -> torch.Tensor:

@@ -207,3 +207,49 @@ def test_eval_outputs_are_deterministic():
     model = se.SinusoidalEncoderModel(tiny_config()).eval()
     ids = random_ids(2, 9)
     assert torch.equal(model(ids).last_hidden_state, model(ids).last_hidden_state)
+
+
+def test_the_attention_implementation_can_be_set_dynamically(caplog):
+    """As transformers' common `test_can_set_attention_dynamically`: `set_attn_implementation` switches a loaded
+    model (every sub-module's config) without a warning, BERT does the same, and the outputs agree."""
+    model = AutoModelForMaskedLM.from_config(tiny_config(), attn_implementation="sdpa").eval()
+    ids = random_ids(2, 9)
+    with torch.no_grad():
+        sdpa = model(ids).logits
+    with caplog.at_level("WARNING", logger="transformers"):
+        model.set_attn_implementation("eager")
+    assert "does not support setting its attention implementation" not in caplog.text
+    assert all(
+        module.config._attn_implementation == "eager" for module in model.modules() if hasattr(module, "config")
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, sdpa, atol=1e-5, rtol=1e-5)
+    assert type(model)._can_set_attn_implementation() == transformers.BertModel._can_set_attn_implementation()
+
+
+@pytest.mark.parametrize("selection", [[0, 2, -1], [1], 1, -1, [5], [], True, False])
+def test_output_hidden_states_selects_states_as_bert_does(selection):
+    """`output_hidden_states` takes a flag, an index or a list of indices (negative ones from the end): the selected
+    states are those of `output_hidden_states=True`, the others None, exactly where BERT puts them."""
+    config = tiny_config()
+    ours = AutoModel.from_config(config).eval()
+    bert = transformers.BertModel(
+        transformers.BertConfig(
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            num_hidden_layers=config.num_hidden_layers,
+            num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+        )
+    ).eval()
+    ids = random_ids(2, 7)
+    with torch.no_grad():
+        every = ours(ids, output_hidden_states=True).hidden_states
+        selected = ours(ids, output_hidden_states=selection).hidden_states
+        expected = bert(ids, output_hidden_states=selection).hidden_states
+    if expected is None:
+        assert selected is None
+        return
+    assert [state is None for state in selected] == [state is None for state in expected]
+    for state, reference in zip(selected, every, strict=True):
+        assert state is None or torch.equal(state, reference)

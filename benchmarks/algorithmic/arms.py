@@ -4,15 +4,15 @@ ReLU, post-LN, token embeddings × √d; google-deepmind/randomized_positional_e
     sincos       ours as the paper: sinusoidal encoding of positions 0…T-1
     none         ours without a position encoding (tokens × √d alone): the floor
     learned      transformers' BertForTokenClassification: learned absolute positions (a table up to 2,048)
-    randomized   ours with `position_sampling="ordered_subset"`: the paper's randomized sin/cos (L = 2,048)
-    offset       ours with `random_position_offset`: each training sequence starts at a random position, so that
+    randomized   ours with `position_mode="ordered_subset"`: the paper's randomized sin/cos (L = 2,048)
+    offset       ours with `position_mode="random_offset"`: each training sequence starts at a random position, so that
                  positions up to 2,048 are seen in training (a shifted block: gaps are always 1)
     window       ours with `long_input_attention_window`: past the training length each token attends only to
                  tokens within half the training length
     randomized_evenly
-                 the randomized arm's models with `position_sampling_inference="evenly_spaced"`: in evaluation the
+                 the randomized arm's models with `position_inference="evenly_spaced"`: in evaluation the
                  k-th of n tokens gets ⌊k·L/n⌋ instead of a random draw (training is the randomized arm's)
-    stratified   ours with `position_sampling="stratified"`, `position_sampling_inference="evenly_spaced"`: in
+    stratified   ours with `position_mode="stratified"`, `position_inference="evenly_spaced"`: in
                  training the k-th of n tokens gets a position drawn from the k-th of n equal cells of 0…L-1 (its
                  rank stays in its position); in evaluation the middle of that cell
 """
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from transformers import BertForTokenClassification
 
 import sinusoidal_encoder as se
-from benchmarks.length_generalization import bert_config, disable_position_encoding
+from benchmarks.length_generalization import bert_config
 
 from .tasks import PAD, Task, vocab_size
 
 ARMS = ("sincos", "none", "learned", "randomized", "offset", "window", "randomized_evenly", "stratified")
 # arms that train exactly as another arm and differ only at inference: the window acts on inputs longer than the
-# training length, which training never sees; `position_sampling_inference` acts in evaluation mode only. Their runs
+# training length, which training never sees; `position_inference` acts in evaluation mode only. Their runs
 # are the base arm's runs, evaluated once more.
 EVALUATED_FROM = {"window": "sincos", "randomized_evenly": "randomized"}
 POSITION_RANGE = 2048  # the reference code's `noise_max_length`: positions the randomized arms train on
@@ -71,7 +71,7 @@ def inference_overrides(arm: str, task: Task, train_length: int) -> dict:
     if arm == "window":
         return {"long_input_attention_window": task.sequence_length(train_length) // 2}
     if arm == "randomized_evenly":
-        return {"position_sampling_inference": "evenly_spaced"}
+        return {"position_inference": "evenly_spaced"}
     return {}
 
 
@@ -84,21 +84,21 @@ def build_model(arm: str, task: Task, size: ModelSize, train_length: int):
         config.num_labels = task.symbols
         config.classifier_dropout = 0.0
         return BertForTokenClassification(config)
-    randomized = {"position_sampling": "ordered_subset", "position_sampling_range": POSITION_RANGE}
+    randomized = {"position_mode": "ordered_subset", "position_range": POSITION_RANGE}
     overrides = {
         "sincos": {},
-        "none": {},
+        "none": {"position_mode": "none"},
         "randomized": randomized,
         "randomized_evenly": randomized | inference_overrides("randomized_evenly", task, train_length),
-        "offset": {"random_position_offset": POSITION_RANGE - task.sequence_length(train_length)},
+        "offset": {
+            "position_mode": "random_offset",
+            "max_position_offset": POSITION_RANGE - task.sequence_length(train_length),
+        },
         "window": inference_overrides("window", task, train_length),
         "stratified": {
-            "position_sampling": "stratified",
-            "position_sampling_range": POSITION_RANGE,
-            "position_sampling_inference": "evenly_spaced",
+            "position_mode": "stratified",
+            "position_range": POSITION_RANGE,
+            "position_inference": "evenly_spaced",
         },
     }[arm]
-    model = se.SinusoidalEncoderForTokenClassification(our_config(task, size, train_length, **overrides))
-    if arm == "none":
-        disable_position_encoding(model)
-    return model
+    return se.SinusoidalEncoderForTokenClassification(our_config(task, size, train_length, **overrides))

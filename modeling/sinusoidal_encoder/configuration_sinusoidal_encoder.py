@@ -1,11 +1,14 @@
 """Configuration of the sinusoidal Transformer encoder.
 
-This file is copied as-is into Hub repositories: it imports only the standard library and public transformers API.
+This file is copied as-is into Hub repositories: it imports only the standard library, public transformers API and
+its sibling `positions.py`.
 """
 
 from __future__ import annotations
 
 from transformers import PretrainedConfig
+
+from .positions import POSITION_DEFAULTS, check_position_config, pop_legacy_position_fields
 
 # The Auto classes a saved folder answers to, and the class each one builds. Written into every saved `config.json`
 # so that one Hub folder loads through all of them with `trust_remote_code=True`.
@@ -21,8 +24,6 @@ AUTO_MAP = {
 
 _ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh", "quick_gelu", "mish")
 _POOLINGS = ("cls", "mean")
-_POSITION_SAMPLINGS = ("consecutive", "ordered_subset", "stratified")
-_INFERENCE_POSITIONS = ("draw", "evenly_spaced")
 
 
 class SinusoidalEncoderConfig(PretrainedConfig):
@@ -67,41 +68,44 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             and elsewhere the sequences are laid out as a right-padded batch. Same results on real tokens (padded
             positions of the last hidden state are zeros); less compute. Calls with `output_attentions` or
             `output_hidden_states` run on the padded layout.
-        random_position_offset (`int`, defaults to 0): in training, when no `position_ids` are passed, each sequence's
-            positions start at an offset drawn uniformly from 0…`random_position_offset` instead of 0, so that the
-            model meets positions far beyond its training length without training on longer sequences. Evaluation
-            and inference always start at 0. 0 turns it off.
-        long_input_attention_window (`int`, *optional*): for inputs longer than `max_position_embeddings` (the length
-            the model was trained at), each token attends only to the tokens fewer than this many positions away, so
-            that no attention spans more than training showed the model; inputs up to the training length attend
-            fully, exactly as in training. `max_position_embeddings // 2` measured best in
-            `benchmarks/length_generalization.py`. None (the default) turns it off. Windowed long inputs use a
-            `(T, T)` mask with sdpa or eager attention (not available with flash attention).
-        position_sampling (`str`, defaults to `"consecutive"`): which positions a sequence gets when no
-            `position_ids` are passed. `"consecutive"`: 0…T-1 (with `random_position_offset`, shifted in training).
-            `"ordered_subset"`: the randomized encoding of Ruoss et al. (2023, "Randomized Positional Encodings Boost
-            Length Generalization of Transformers"): each sequence of n real tokens gets n distinct positions drawn
-            uniformly from 0…`position_sampling_range`-1 and sorted, so that gaps vary and every position up to the
-            range is seen in training, however short the training sequences. As in the paper this holds in training
-            *and* at inference: in training the draw uses the global RNG (seeded like dropout, restored by accelerate
-            checkpoints); in evaluation mode it uses a generator seeded by `position_sampling_seed` and the
-            sequence's length, so the same input always gets the same positions, whatever the batch.
-            `"stratified"`: ours, a variant that keeps each token's rank in its position. The range is cut into n
-            equal cells, [⌊k·L/n⌋, ⌊(k+1)·L/n⌋) for k < n, and the k-th real token's position is drawn uniformly
-            from the k-th cell (the same RNGs as `"ordered_subset"`), so positions are random but never stray from
-            k·L/n by a cell or more, where an ordered subset's stray by about √n/2 cells. Use it with
-            `position_sampling_inference="evenly_spaced"` (the middle of each cell); measured in
-            `benchmarks/algorithmic`.
-        position_sampling_range (`int`, defaults to 2048): L, the number of positions `"ordered_subset"` and
-            `"stratified"` draw from; sequences longer than L raise a `ValueError`. Ignored with `"consecutive"`.
-        position_sampling_seed (`int`, defaults to 0): seed of the evaluation-mode draws of `"ordered_subset"` and
+        long_input_attention_window (`int`, *optional*): an attention option, apart from the positions: for inputs
+            longer than `max_position_embeddings` (the length the model was trained at), each token attends only to
+            the tokens fewer than this many positions away, so that no attention spans more than training showed the
+            model; inputs up to the training length attend fully, exactly as in training. None (the default) turns it
+            off. Windowed long inputs use a `(T, T)` mask with sdpa or eager attention (not with flash attention).
+        position_mode (`str`, defaults to `"consecutive"`): which positions a sequence gets when no `position_ids`
+            are passed (`positions.py` holds one function per mode):
+            - `"consecutive"`: 0…T-1, the paper's.
+            - `"random_offset"`: in training, each sequence's positions start at an offset drawn uniformly from
+              0…`max_position_offset`, so that the model meets positions beyond its training length without training
+              on longer sequences; evaluation and inference start at 0.
+            - `"ordered_subset"`: the randomized encoding of Ruoss et al. (2023, "Randomized Positional Encodings
+              Boost Length Generalization of Transformers"): each sequence of n real tokens gets n distinct positions
+              drawn uniformly from 0…`position_range`-1 and sorted, so that every position up to the range is seen in
+              training, however short the sequences. As in the paper this holds in training *and* at inference: in
+              training the draw uses the global RNG (seeded like dropout, restored by accelerate checkpoints); in
+              evaluation mode a generator seeded by `position_seed` and the sequence's length, so the same input
+              always gets the same positions, whatever the batch.
+            - `"stratified"`: a variant that keeps each token's rank in its position: the range is cut into n equal
+              cells, [⌊k·L/n⌋, ⌊(k+1)·L/n⌋), and the k-th real token's position is drawn uniformly from the k-th cell
+              (the same RNGs as `"ordered_subset"`), so positions never stray from k·L/n by a cell or more, where an
+              ordered subset's stray by about √n/2 cells. Best with `position_inference="evenly_spaced"`.
+            - `"none"`: no position encoding at all (token embeddings alone; `position_ids` are ignored): the
+              ablation that shows what the encoding is for.
+        max_position_offset (`int`, defaults to 0): the largest training offset of `"random_offset"` (at least 1
+            there; 0 for the other modes).
+        position_range (`int`, defaults to 2048): L, the number of positions `"ordered_subset"` and `"stratified"`
+            draw from; longer sequences raise a `ValueError`.
+        position_seed (`int`, defaults to 0): seed of the evaluation-mode draws of `"ordered_subset"` and
             `"stratified"`.
-        position_sampling_inference (`str`, defaults to `"draw"`): the positions `"ordered_subset"` and
-            `"stratified"` give in evaluation mode. `"draw"`: the seeded draw above, as the paper. `"evenly_spaced"`:
-            the draw's expected spacing without its noise: with `"ordered_subset"` the k-th of n real tokens gets
-            ⌊k·L/n⌋ (a draw's positions stray from it by about √n/2 tokens), with `"stratified"` the middle of its
-            cell, ⌊k·L/n⌋ + w // 2 for a cell of w positions. Training always draws. Measured in
-            `benchmarks/algorithmic`: same trained models, higher accuracy in and past the training length.
+        position_inference (`str`, defaults to `"draw"`): the positions `"ordered_subset"` and `"stratified"` give
+            in evaluation mode. `"draw"`: the seeded draw above, as the paper. `"evenly_spaced"`: the draw's expected
+            spacing without its noise: with `"ordered_subset"` the k-th of n real tokens gets ⌊k·L/n⌋, with
+            `"stratified"` the middle of its cell, ⌊k·L/n⌋ + w // 2 for a cell of w positions. Training always draws.
+
+    A mode's parameters are checked together with it: one set away from its default for a mode that does not read it
+    is an error. Configs saved before `position_mode` existed (`position_sampling`, `random_position_offset`,
+    `position_sampling_range/_seed/_inference`) load as they were trained.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -130,12 +134,12 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         tie_word_embeddings: bool = True,
         sparse_prediction: bool = False,
         unpad_inputs: bool = True,
-        random_position_offset: int = 0,
         long_input_attention_window: int | None = None,
-        position_sampling: str = "consecutive",
-        position_sampling_range: int = 2048,
-        position_sampling_seed: int = 0,
-        position_sampling_inference: str = "draw",
+        position_mode: str = POSITION_DEFAULTS["position_mode"],
+        max_position_offset: int = POSITION_DEFAULTS["max_position_offset"],
+        position_range: int = POSITION_DEFAULTS["position_range"],
+        position_seed: int = POSITION_DEFAULTS["position_seed"],
+        position_inference: str = POSITION_DEFAULTS["position_inference"],
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -158,12 +162,16 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.tie_word_embeddings = tie_word_embeddings
         self.sparse_prediction = sparse_prediction
         self.unpad_inputs = unpad_inputs
-        self.random_position_offset = random_position_offset
         self.long_input_attention_window = long_input_attention_window
-        self.position_sampling = position_sampling
-        self.position_sampling_range = position_sampling_range
-        self.position_sampling_seed = position_sampling_seed
-        self.position_sampling_inference = position_sampling_inference
+        self.position_mode = position_mode
+        self.max_position_offset = max_position_offset
+        self.position_range = position_range
+        self.position_seed = position_seed
+        self.position_inference = position_inference
+        given = {name: getattr(self, name) for name in POSITION_DEFAULTS}
+        legacy = pop_legacy_position_fields(kwargs, given)  # a config saved before `position_mode`
+        for name, value in legacy.items():
+            setattr(self, name, value)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         # transformers 4.x's base class sets these two from its own arguments (None and True by default): hand ours on
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)
@@ -185,30 +193,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         window = self.long_input_attention_window
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
             raise ValueError(f"`long_input_attention_window` must be a positive integer or None, got {window!r}.")
-        offset = self.random_position_offset
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"`random_position_offset` must be a non-negative integer, got {offset!r}.")
-        if self.position_sampling not in _POSITION_SAMPLINGS:
-            raise ValueError(
-                f"`position_sampling` must be one of {list(_POSITION_SAMPLINGS)}, got {self.position_sampling!r}."
-            )
-        span = self.position_sampling_range
-        if isinstance(span, bool) or not isinstance(span, int) or span <= 0:
-            raise ValueError(f"`position_sampling_range` must be a positive integer, got {span!r}.")
-        seed = self.position_sampling_seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"`position_sampling_seed` must be a non-negative integer, got {seed!r}.")
-        if self.position_sampling_inference not in _INFERENCE_POSITIONS:
-            raise ValueError(
-                f"`position_sampling_inference` must be one of {list(_INFERENCE_POSITIONS)}, got "
-                f"{self.position_sampling_inference!r}."
-            )
-        if self.position_sampling != "consecutive" and offset:
-            raise ValueError(
-                f"`random_position_offset` and `position_sampling={self.position_sampling!r}` both choose the "
-                "positions of training sequences: set `random_position_offset=0` or "
-                "`position_sampling='consecutive'`."
-            )
+        check_position_config(self)
         if self.hidden_size % 2:
             raise ValueError(
                 f"`hidden_size` must be even: the sinusoidal encoding pairs a sine and a cosine per frequency, "

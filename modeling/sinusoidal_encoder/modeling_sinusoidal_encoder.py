@@ -8,7 +8,7 @@ so it is exact in every dtype, defined at every position (no length cap), and ca
 overwritten when transformers builds a model on the meta device and loads weights into it.
 
 This file is copied as-is into Hub repositories: it imports only the standard library, torch, public transformers
-API and its sibling configuration file.
+API and its sibling files (the configuration, and `positions.py`, where the positions are chosen).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable
 from functools import partial
 from itertools import pairwise
-from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -38,6 +37,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
+from .positions import Positions, default_positions, select_positions, sinusoidal_position_encoding
 
 try:  # transformers >= 4.58
     from transformers.masking_utils import create_bidirectional_mask
@@ -58,60 +58,22 @@ _INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-class _RealTokens(NamedTuple):
-    """The tokens that sampled positions go to: `mask` (B, T) the real tokens, `lengths` (B,) how many per
-    sequence, `rank` (B, T) each token's index among its sequence's real tokens (0 for padding)."""
-
-    mask: torch.Tensor
-    lengths: torch.Tensor
-    rank: torch.Tensor
-
-
-def sinusoidal_position_encoding(
-    position_ids: torch.Tensor,
-    dim: int,
-    base: float = 10000.0,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """The sinusoidal encoding of "Attention Is All You Need", interleaved exactly as the paper writes it.
-
-    Column 2i holds sin(pos / base^(2i/dim)) and column 2i+1 holds cos(pos / base^(2i/dim)).
-
-    Args:
-        position_ids: integer (or float) positions of any shape.
-        dim: the encoding size; must be even.
-        base: the base of the wavelengths (10000 in the paper).
-        dtype: the dtype of the result. Angles, sines and cosines are computed in float64 and cast once at the end,
-            so the result is the correctly rounded value in `dtype` (float32 values are within 1e-6 of the exact ones
-            for every position below 65536; see the tests).
-
-    Returns:
-        A tensor of shape `(*position_ids.shape, dim)` and dtype `dtype`, on the device of `position_ids`.
-    """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or dim % 2:
-        raise ValueError(f"`dim` must be a positive even integer, got {dim!r}.")
-    if not base > 0:
-        raise ValueError(f"`base` must be positive, got {base!r}.")
-    device = position_ids.device
-    if device.type == "mps":  # MPS has no float64: compute on the CPU, whose result is then copied over
-        position_ids = position_ids.cpu()
-    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=position_ids.device) / dim  # (dim/2,) = 2i/d
-    inv_freq = torch.pow(float(base), -exponents)  # (dim/2,)
-    angles = position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (*, dim/2)
-    encoding = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (*, dim/2, 2): [sin, cos] per frequency
-    return encoding.flatten(-2).to(device=device, dtype=dtype)  # (*, dim)
+def _require_one_of(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
 
 
 class SinusoidalEncoderEmbeddings(nn.Module):
     """Token embedding × √d plus the sinusoidal encoding of the positions, then dropout (the paper has no LayerNorm
-    here). The embeddings turn positions into vectors; which positions a token gets is the model's choice (see
-    `SinusoidalEncoderModel.build_position_ids`)."""
+    here). The embeddings turn positions into vectors; which positions a token gets is the position mode's choice
+    (`positions.py`). With `position_mode="none"` no position is encoded."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.hidden_size = config.hidden_size
         self.position_encoding_base = config.position_encoding_base
+        self.encodes_positions = config.position_mode != "none"
         self.scale = math.sqrt(config.hidden_size) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -124,19 +86,20 @@ class SinusoidalEncoderEmbeddings(nn.Module):
     ) -> torch.Tensor:
         """Args:
         input_ids: `(B, T)`, or packed real tokens `(1, N)`. Exactly one of `input_ids` and `inputs_embeds`.
-        position_ids: the positions of those tokens, same shape (or `(1, T)`); 0…T-1 when None.
+        position_ids: the positions of those tokens, same shape (or `(1, T)`); 0…T-1 when None. Ignored with
+            `position_mode="none"`.
         inputs_embeds: `(B, T, d)` (or `(1, N, d)`) used instead of `self.word_embeddings(input_ids)`, scaled the
             same way.
         num_positions: when the positions are known to lie in 0…num_positions-1 (the model's own positions), the
             encoding of those rows is computed once and looked up where that is cheaper.
         """
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        _require_one_of(input_ids, inputs_embeds)
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, d)
+        if not self.encodes_positions:
+            return self.dropout(inputs_embeds * self.scale)
         if position_ids is None:
-            seq_len = inputs_embeds.shape[-2]
-            position_ids, num_positions = torch.arange(seq_len, device=inputs_embeds.device).unsqueeze(0), seq_len
+            position_ids, num_positions = default_positions(inputs_embeds.shape[-2], inputs_embeds.device)  # (1, T)
         encoding = self.encode_positions(position_ids, num_positions, inputs_embeds.dtype)  # (B or 1, T, d)
         return self.dropout(inputs_embeds * self.scale + encoding)
 
@@ -186,10 +149,10 @@ def _is_flash(attn_implementation: str | None) -> bool:
 
 def _attention_function(attn_implementation: str | None) -> Callable:
     """The attention function registered with transformers under `attn_implementation`, or the written-out one for
-    "eager" (transformers 5 answers through `get_interface`; 4.x keeps a plain mapping without "eager")."""
-    get_interface = getattr(ALL_ATTENTION_FUNCTIONS, "get_interface", None)
-    if get_interface is not None:
-        return get_interface(attn_implementation, eager_attention_forward)
+    "eager" (transformers 5 answers through `get_interface`, which is also how `set_attn_implementation` recognises a
+    model that can switch; 4.x keeps a plain mapping without "eager")."""
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
     if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
         return ALL_ATTENTION_FUNCTIONS[attn_implementation]
     return eager_attention_forward
@@ -265,21 +228,23 @@ class SinusoidalEncoderSelfAttention(nn.Module):
             attention_interface = _attention_function(self.config._attn_implementation)
         if kwargs.get("cu_seq_lens_q") is not None:
             return self.out_proj(self._packed_attention(qkv, attention_interface, **kwargs)), None
-        batch_size, seq_len, _ = qkv.shape
-        query, key, value = self._split_heads(qkv)  # 3 × (B, nh, T, hs)
-        attn_output, attn_weights = attention_interface(
-            self, query, key, value, attention_mask, **self._attention_kwargs(), **kwargs
-        )  # (B, T, nh, hs)
-        attn_output = attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim)  # (B, T, d)
+        attn_output, attn_weights = self._attend(qkv, attention_mask, attention_interface, **kwargs)  # (B, T, d)
         return self.out_proj(attn_output), attn_weights
 
-    def _split_heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _attend(
+        self, qkv: torch.Tensor, attention_mask: torch.Tensor | None, attention_interface: Callable, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The one call of the attention function: `qkv` `(B, T, 3d)` split into heads, attended under
+        `attention_mask` (and any variable-length arguments in `kwargs`). Returns `(B, T, d)` and the probabilities
+        (eager attention only)."""
         batch_size, seq_len, _ = qkv.shape
         qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
-
-    def _attention_kwargs(self) -> dict:
-        return {"dropout": self.attention_dropout if self.training else 0.0, "scaling": self.scaling}
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
+        dropout = self.attention_dropout if self.training else 0.0
+        attn_output, attn_weights = attention_interface(
+            self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
+        )  # (B, T, nh, hs)
+        return attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim), attn_weights  # (B, T, d)
 
     def _packed_attention(self, qkv: torch.Tensor, attention_interface: Callable, **kwargs) -> torch.Tensor:
         """Attention within each sequence of packed tokens `(1, N, 3d)`. Flash attention's variable-length kernel
@@ -290,46 +255,22 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         max_length = kwargs.pop("max_length_q")
         for name in ("cu_seq_lens_k", "max_length_k"):  # self-attention: the keys are the queries' tokens
             kwargs.pop(name, None)
-        num_tokens = qkv.shape[1]
-        if num_tokens == 0:  # an all-padding batch: no token attends to anything
+        if qkv.shape[1] == 0:  # an all-padding batch: no token attends to anything
             return qkv[..., : self.config.hidden_size]  # (1, 0, d)
         if _is_flash(self.config._attn_implementation):
-            query, key, value = self._split_heads(qkv)  # 3 × (1, nh, N, hs)
-            attn_output, _ = attention_interface(
-                self,
-                query,
-                key,
-                value,
-                None,
-                cu_seq_lens_q=cu_seq_lens,
-                cu_seq_lens_k=cu_seq_lens,
-                max_length_q=max_length,
-                max_length_k=max_length,
-                **self._attention_kwargs(),
-                **kwargs,
-            )  # (1, N, nh, hs)
-            return attn_output.reshape(1, num_tokens, self.num_heads * self.head_dim)  # (1, N, d)
+            lengths = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens}
+            lengths.update(max_length_q=max_length, max_length_k=max_length)
+            return self._attend(qkv, None, attention_interface, **lengths, **kwargs)[0]  # (1, N, d)
         if _attends_per_sequence(qkv.device):
-            outputs = []
-            for start, end in pairwise(cu_seq_lens.tolist()):
-                if end > start:
-                    outputs.append(self._unmasked_attention(qkv[:, start:end], attention_interface, **kwargs))
+            outputs = [
+                self._attend(qkv[:, start:end], None, attention_interface, **kwargs)[0]  # (1, L, d)
+                for start, end in pairwise(cu_seq_lens.tolist())
+                if end > start
+            ]
             return torch.cat(outputs, dim=1)  # (1, N, d)
         padded, keep = _packed_to_padded(qkv[0], cu_seq_lens, max_length)  # (B, L, 3d), (B, L)
-        batch_size, seq_len, _ = padded.shape
-        query, key, value = self._split_heads(padded)  # 3 × (B, nh, L, hs)
         mask = _bidirectional_mask(self.config, keep, padded)
-        attn_output, _ = attention_interface(self, query, key, value, mask, **self._attention_kwargs(), **kwargs)
-        attn_output = attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim)  # (B, L, d)
-        return attn_output[keep].unsqueeze(0)  # (1, N, d)
-
-    def _unmasked_attention(self, qkv: torch.Tensor, attention_interface: Callable, **kwargs) -> torch.Tensor:
-        """Attention over every token of `qkv` `(1, L, 3d)`, no mask. Returns `(1, L, d)`."""
-        query, key, value = self._split_heads(qkv)  # 3 × (1, nh, L, hs)
-        attn_output, _ = attention_interface(
-            self, query, key, value, None, **self._attention_kwargs(), **kwargs
-        )  # (1, L, nh, hs)
-        return attn_output.reshape(1, qkv.shape[1], self.num_heads * self.head_dim)  # (1, L, d)
+        return self._attend(padded, mask, attention_interface, **kwargs)[0][keep].unsqueeze(0)  # (1, N, d)
 
 
 def _attends_per_sequence(device: torch.device) -> bool:
@@ -441,20 +382,23 @@ class SinusoidalEncoderStack(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        output_hidden_states: set[int] | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        all_hidden_states = () if output_hidden_states else None
+        """`output_hidden_states`: the indices of the hidden states to return (0: the embeddings' output, i: the
+        output of layer i); the others are None in the returned tuple. None returns no hidden states."""
+        keep = output_hidden_states
+        all_hidden_states = () if keep is not None else None
         all_attentions = () if output_attentions else None
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
+        for index, layer in enumerate(self.layers):
+            if keep is not None:
+                all_hidden_states += (hidden_states if index in keep else None,)
             # hidden_states goes positionally: gradient checkpointing needs the tensors that require grad there
             hidden_states, attn_weights = layer(hidden_states, attention_mask, output_attentions, **kwargs)
             if output_attentions:
                 all_attentions += (attn_weights,)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
+        if keep is not None:
+            all_hidden_states += (hidden_states if len(self.layers) in keep else None,)
         if self.final_norm is not None:
             hidden_states = self.final_norm(hidden_states)
         return BaseModelOutput(
@@ -579,8 +523,7 @@ def _check_inputs(
     extra: dict,
 ) -> None:
     """Shape checks that turn silent broadcasting mistakes into errors naming the argument."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+    _require_one_of(input_ids, inputs_embeds)
     if extra.get("token_type_ids") is not None:
         raise ValueError(
             "`token_type_ids` was passed, but this model has no segment embeddings. Drop it (with a tokenizer, set "
@@ -625,6 +568,19 @@ def _check_inputs(
         )
 
 
+def _selected_hidden_states(output_hidden_states: bool | int | list[int] | None, num_layers: int) -> set[int] | None:
+    """The indices of the hidden states (0…num_layers) that `output_hidden_states` asks for, as transformers' models
+    take it: a flag (all or none), an index, or a list of indices (negative ones count from the end; out-of-range
+    ones select nothing). None when no hidden state is asked for (False, None or an empty list)."""
+    if isinstance(output_hidden_states, bool) or output_hidden_states is None:
+        return set(range(num_layers + 1)) if output_hidden_states else None
+    selected = [output_hidden_states] if isinstance(output_hidden_states, int) else list(output_hidden_states)
+    if not selected:
+        return None
+    count = num_layers + 1
+    return {index % count for index in selected if -count <= index < count}
+
+
 class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     """The bare encoder: embeddings with the sinusoidal encoding, then the layers. Returns `BaseModelOutput`."""
 
@@ -657,35 +613,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             )
         return window
 
-    def build_position_ids(
-        self,
-        position_ids: torch.LongTensor | None,
-        batch_size: int,
-        seq_len: int,
-        attention_mask: torch.Tensor | None = None,
-        device: torch.device | None = None,
-    ) -> tuple[torch.LongTensor, int | None]:
-        """The positions the embeddings encode, and how many positions they are drawn from (None for the caller's).
-
-        The caller's `position_ids` win. Without them: `position_sampling="ordered_subset"` or `"stratified"` draws
-        sorted random positions from 0…`position_sampling_range`-1 (`(B, T)`); otherwise 0…T-1 (`(1, T)`), and in
-        training with `random_position_offset` K each sequence starts at an offset drawn uniformly from 0…K with
-        the global RNG (like dropout, so that seeded runs and accelerate's checkpoints repeat it) (`(B, T)`)."""
-        if position_ids is not None:
-            return position_ids, None
-        if self.config.position_sampling == "ordered_subset":
-            positions = self._ordered_subset_positions(batch_size, seq_len, attention_mask, device)  # (B, T)
-            return positions, self.config.position_sampling_range
-        if self.config.position_sampling == "stratified":
-            positions = self._stratified_positions(batch_size, seq_len, attention_mask, device)  # (B, T)
-            return positions, self.config.position_sampling_range
-        positions = torch.arange(seq_len, device=device).unsqueeze(0)  # (1, T)
-        max_offset = self.config.random_position_offset
-        if not (self.training and max_offset > 0):
-            return positions, seq_len
-        starts = torch.randint(0, max_offset + 1, (batch_size, 1), device=device)  # (B, 1)
-        return positions + starts, seq_len + max_offset  # (B, T)
-
     def _unpads(
         self,
         attention_mask: torch.Tensor | None,
@@ -705,77 +632,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             return False
         return not attention_mask.bool().all()
 
-    def _real_tokens(
-        self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
-    ) -> _RealTokens:
-        """Which tokens the sampled positions go to, how many per sequence, and each one's index among them."""
-        span = self.config.position_sampling_range
-        if seq_len > span:
-            raise ValueError(
-                f"The input has {seq_len} tokens, more than `position_sampling_range` ({span}) positions to draw "
-                f"them from: raise `position_sampling_range` in the config."
-            )
-        real = (
-            attention_mask.bool()
-            if attention_mask is not None and attention_mask.dim() == 2
-            else torch.ones(batch_size, seq_len, dtype=torch.bool, device=device)
-        )  # (B, T)
-        rank = (real.long().cumsum(-1) - 1).clamp(min=0)  # (B, T): index of each real token among the real ones
-        return _RealTokens(mask=real, lengths=real.sum(-1), rank=rank)
-
-    def _ordered_subset_positions(
-        self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
-    ) -> torch.LongTensor:
-        """`position_sampling="ordered_subset"`: for each sequence of n real tokens, n distinct positions drawn
-        uniformly from 0…L-1 and sorted, given to the real tokens in order (padding gets 0); in evaluation mode with
-        `position_sampling_inference="evenly_spaced"`, ⌊k·L/n⌋ for the k-th of n real tokens. Returns `(B, T)`."""
-        span = self.config.position_sampling_range
-        tokens = self._real_tokens(batch_size, seq_len, attention_mask, device)
-        real, lengths, rank = tokens.mask, tokens.lengths, tokens.rank
-        if not self.training and self.config.position_sampling_inference == "evenly_spaced":
-            spaced = rank * span // lengths.clamp(min=1).unsqueeze(-1)  # (B, T): ⌊k·L/n⌋, distinct since n ≤ L
-            return spaced.masked_fill(~real, 0)
-        if self.training:  # the global RNG, like dropout: seeded by set_seed, restored by accelerate checkpoints
-            keys = torch.rand(batch_size, span, device=device)  # (B, L)
-        else:  # one fixed draw per length: the same input gets the same positions in any batch
-            keys = self._evaluation_draw(lengths, (batch_size, span)).to(device)  # (B, L)
-        # the n largest keys of a row are a uniform n-subset of 0…L-1; the first n of the top T are those n
-        chosen = keys.topk(seq_len, dim=-1).indices  # (B, T)
-        beyond = torch.arange(seq_len, device=device) >= lengths.unsqueeze(-1)  # (B, T)
-        ordered = chosen.masked_fill(beyond, span).sort(dim=-1).values  # (B, T): the n sorted positions, then L…
-        return ordered.gather(-1, rank).masked_fill(~real, 0)  # (B, T)
-
-    def _stratified_positions(
-        self, batch_size: int, seq_len: int, attention_mask: torch.Tensor | None, device: torch.device
-    ) -> torch.LongTensor:
-        """`position_sampling="stratified"`: 0…L-1 cut into n equal cells, [⌊k·L/n⌋, ⌊(k+1)·L/n⌋) for k < n; the
-        k-th of n real tokens gets a position drawn uniformly from the k-th cell (padding gets 0). In evaluation mode
-        with `position_sampling_inference="evenly_spaced"`, the middle of its cell. Returns `(B, T)`."""
-        span = self.config.position_sampling_range
-        tokens = self._real_tokens(batch_size, seq_len, attention_mask, device)
-        real, rank = tokens.mask, tokens.rank
-        n = tokens.lengths.clamp(min=1).unsqueeze(-1)  # (B, 1)
-        start = rank * span // n  # (B, T): ⌊k·L/n⌋
-        width = (rank + 1) * span // n - start  # (B, T): ≥ 1 since n ≤ L
-        if not self.training and self.config.position_sampling_inference == "evenly_spaced":
-            return (start + width // 2).masked_fill(~real, 0)  # (B, T): the middle of each cell
-        if self.training:  # the global RNG, like dropout: seeded by set_seed, restored by accelerate checkpoints
-            uniform = torch.rand(batch_size, seq_len, device=device)  # (B, T)
-        else:  # one fixed draw per length, read by rank: the same input gets the same positions in any batch
-            uniform = self._evaluation_draw(tokens.lengths, (batch_size, span)).to(device).gather(-1, rank)  # (B, T)
-        offset = (uniform * width).long().clamp(max=width - 1)  # (B, T): uniform over the cell
-        return (start + offset).masked_fill(~real, 0)  # (B, T)
-
-    def _evaluation_draw(self, lengths: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
-        """Uniform numbers of `shape` (B, K) for evaluation mode, on the CPU: each row from a generator seeded by
-        `position_sampling_seed` and the row's number of real tokens, so a sequence's draw does not depend on its
-        batch."""
-        uniform = torch.empty(shape)  # (B, K)
-        for length in lengths.unique().tolist():
-            generator = torch.Generator().manual_seed(self.config.position_sampling_seed * 1_000_003 + length)
-            uniform[(lengths == length).cpu()] = torch.rand(shape[1], generator=generator)
-        return uniform
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -790,8 +646,9 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         r"""
         input_ids (`(batch_size, seq_len)`): token ids. Exactly one of `input_ids` and `inputs_embeds`.
         attention_mask (`(batch_size, seq_len)`): 1 for real tokens, 0 for padding (or a prepared 4-D mask).
-        position_ids (`(batch_size, seq_len)` or `(1, seq_len)`): positions fed to the encoding; 0…seq_len-1 when
-            absent (right padding). Any position is valid: the encoding has no table to run past.
+        position_ids (`(batch_size, seq_len)` or `(1, seq_len)`): positions fed to the encoding; when absent, those
+            of `config.position_mode` (0…seq_len-1 by default: right padding). Any position is valid: the encoding
+            has no table to run past.
         inputs_embeds (`(batch_size, seq_len, hidden_size)`): token embeddings used instead of `input_ids`; they are
             scaled by √d like looked-up ones.
         """
@@ -801,6 +658,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
+        kept_hidden_states = _selected_hidden_states(output_hidden_states, self.config.num_hidden_layers)
         kwargs.pop("num_items_in_batch", None)
 
         if output_attentions and self.config._attn_implementation != "eager":
@@ -810,17 +668,18 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             )
         reference = input_ids if input_ids is not None else inputs_embeds
         batch_size, seq_len = reference.shape[:2]
-        position_ids, num_positions = self.build_position_ids(
-            position_ids, batch_size, seq_len, attention_mask, reference.device
-        )  # (B or 1, T)
+        positions = select_positions(
+            self.config, position_ids, batch_size, seq_len, attention_mask, reference.device, self.training
+        )  # ids (B or 1, T), or None: no position encoded
         window = self._long_input_window(seq_len)
-        if self._unpads(attention_mask, window, output_attentions, output_hidden_states):
-            outputs = self._forward_unpadded(
-                input_ids, attention_mask, position_ids, inputs_embeds, num_positions, **kwargs
-            )
+        if self._unpads(attention_mask, window, output_attentions, kept_hidden_states is not None):
+            outputs = self._forward_unpadded(input_ids, attention_mask, positions, inputs_embeds, **kwargs)
             return self._returned(outputs, return_dict)
         hidden_states = self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds, num_positions=num_positions
+            input_ids=input_ids,
+            position_ids=positions.ids,
+            inputs_embeds=inputs_embeds,
+            num_positions=positions.num_positions,
         )  # (B, T, d)
         attention_mask = _bidirectional_mask(self.config, attention_mask, hidden_states)
         if window is not None:
@@ -829,7 +688,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             hidden_states,
             attention_mask,
             output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            output_hidden_states=kept_hidden_states,
             **kwargs,
         )
         return self._returned(outputs, return_dict)
@@ -838,9 +697,8 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None,
         attention_mask: torch.Tensor,
-        position_ids: torch.LongTensor,
+        positions: Positions,
         inputs_embeds: torch.Tensor | None,
-        num_positions: int | None,
         **kwargs,
     ) -> BaseModelOutput:
         """The model on the real tokens alone: ids (or embeddings) and positions packed together into one row
@@ -859,9 +717,9 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         max_length = int(lengths.max())
         hidden_states = self.embeddings(
             input_ids=packed(input_ids),
-            position_ids=packed(position_ids.expand(batch_size, seq_len)),
+            position_ids=None if positions.ids is None else packed(positions.ids.expand(batch_size, seq_len)),
             inputs_embeds=packed(inputs_embeds),
-            num_positions=num_positions,
+            num_positions=positions.num_positions,
         )  # (1, N, d)
         outputs = self.encoder(
             hidden_states,

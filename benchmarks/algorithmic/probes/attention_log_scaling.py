@@ -5,7 +5,7 @@ inverse, log(T_train)/log(T), which softens attention on long inputs?
 
 Loads a finished benchmark run's weights (`outputs/algorithmic/<task>/<arm>-seed<seed>/model.pt`) and scores the
 benchmark's fixed test inputs (the same lengths and inputs as `run.evaluate`) with and without the scaling, with
-both `position_sampling_inference` settings when the arm is the randomized one.
+both `position_inference` settings when the arm is the randomized one.
 
     python -m benchmarks.algorithmic.probes.attention_log_scaling duplicate_string randomized 1
 
@@ -40,7 +40,7 @@ samplings = ["draw", "evenly_spaced"] if arm == "randomized" else [None]
 print(f"{task_name} {arm} seed {seed}; train sequence length {train_tokens}", flush=True)
 for sampling in samplings:
     if sampling is not None:
-        model.config.position_sampling_inference = sampling
+        model.config.position_inference = sampling
     for power in (0, 1, -1):  # none, sharpen, soften
         started = time.time()
         row = []

@@ -1,4 +1,4 @@
-"""Probe (one seed): does a model trained with the randomized encoding (`position_sampling="ordered_subset"`) score
+"""Probe (one seed): does a model trained with the randomized encoding (`position_mode="ordered_subset"`) score
 higher at test with evenly spaced positions than with a random draw?
 
 Trains the benchmark's randomized arm for STEPS steps (`trained_probe.trained_model`), then scores the fixed test

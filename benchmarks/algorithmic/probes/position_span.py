@@ -9,7 +9,7 @@ positions ⌊start + k·span/T⌋ for the k-th of T tokens:
 
 - span = g·T for gaps g = 1, 2, 4, 8, 16 from position 0 (dense: the spacing of long test inputs in 0…L-1);
 - span = L/2, from 0 and from L/2 (half the range: the training gaps of short inputs, a wrong fraction);
-- span = L from 0 (what `position_sampling_inference="evenly_spaced"` gives).
+- span = L from 0 (what `position_inference="evenly_spaced"` gives).
 
 For the first seed it also scores lengths 120 and 500 with the whole range, the accuracy by tenth of the output
 (do the errors gather near an end?), with positions ⌊k·L/T⌋ and unrounded k·L/T.

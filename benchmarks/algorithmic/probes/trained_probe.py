@@ -2,8 +2,8 @@
 data, optimizer and schedule of `run.train_run`; no curve, no checkpoint), optionally with positions of the probe's
 own, and scoring the fixed test inputs with five choices of test positions:
 
-    fixed     the model's own evaluation-mode draw (one seeded draw per length, `position_sampling_inference="draw"`)
-    grid      ⌊k·L/n⌋ (what `position_sampling_inference="evenly_spaced"` gives)
+    fixed     the model's own evaluation-mode draw (one seeded draw per length, `position_inference="draw"`)
+    grid      ⌊k·L/n⌋ (what `position_inference="evenly_spaced"` gives)
     cgrid     ⌊(2k+1)·L/2n⌋ (evenly spaced, centred)
     perinput  a fresh draw for every input
     ens       probabilities averaged over 5 draws

@@ -1,10 +1,10 @@
 """Probe (one seed): the randomized encoding with training positions that carry each token's rank. The paper's
-ordered subset (`position_sampling="ordered_subset"`) puts the k-th of T tokens near k·L/T, give or take several
+ordered subset (`position_mode="ordered_subset"`) puts the k-th of T tokens near k·L/T, give or take several
 cells of width L/T, so a model learns to read a blurred fraction k/T (see `position_span.py`). Two other draws:
 
     stratified  the k-th token's position drawn uniformly from the k-th of T equal cells of 0…L-1,
                 [⌊k·L/T⌋, ⌊(k+1)·L/T⌋): the cells do not overlap, so the position tells the rank exactly
-    grid        ⌊k·L/T⌋ exactly, the test positions of `position_sampling_inference="evenly_spaced"` (no randomness
+    grid        ⌊k·L/T⌋ exactly, the test positions of `position_inference="evenly_spaced"` (no randomness
                 left: each training length has one set of positions)
 
 Does training on positions that carry the rank make the evenly spaced positions of long test inputs easier to read?
@@ -19,7 +19,7 @@ training (61: 97.6 against 85.3; 100: 79.4 against 74.0; 250: 68.0 against 64.2)
 positions (`grid`) it fails in distribution (67.2: those sit on the cells' edges). Grid training learns the task
 at once (loss below 0.001 at step 1,000) and scores 100.0 in distribution, then falls to 58.2 at length 61 and
 57.2 over the lengths past training: with no randomness the model stores the training grids' positions instead of
-reading a fraction. Kept, as `position_sampling="stratified"` (the benchmark's `stratified` arm).
+reading a fraction. Kept, as `position_mode="stratified"` (the benchmark's `stratified` arm).
 
     python -m benchmarks.algorithmic.probes.training_positions reverse_string 6000 0 stratified
     python -m benchmarks.algorithmic.probes.training_positions reverse_string 6000 0 grid     # training_positions.log
