@@ -10,8 +10,8 @@ underneath):
     pre_ln        ours, pre-LN
     bert          transformers' BertForMaskedLM of identical size: learned absolute positions, a table long enough
                   for the longest evaluation, whose rows past the training length are never trained
-    no_position   ours with the position encoding switched off (ablation: how much order matters here)
-    offset        ours with `random_position_offset`: in training each sequence starts at a random position
+    no_position   ours with `position_mode="none"`: no position encoding (ablation: how much order matters here)
+    offset        ours with `position_mode="random_offset"`: in training each sequence starts at a random position
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, identical masks across arms). Past the training length the sinusoidal arms are measured with the
@@ -25,7 +25,6 @@ resumes the run in progress and skips what is finished.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -37,14 +36,19 @@ from typing import Any
 
 import datasets
 import torch
+from accelerate.utils import set_seed
 from torch.nn import functional as F
-from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+)
 from transformers.modeling_outputs import MaskedLMOutput
 
-from sinusoidal_encoder.modeling_sinusoidal_encoder import SinusoidalEncoderEmbeddings
 from sinusoidal_encoder_training import finetuning, pretraining
-from sinusoidal_encoder_training.arguments import FlagConfig
-from sinusoidal_encoder_training.cli import finetune, pretrain
+from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, parse_config
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
@@ -68,97 +72,70 @@ TRAIN_LENGTH = 128
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LengthGeneralizationConfig(FlagConfig):
-    """The flags of the experiment (lists as tuples), checked; `eval_steps` defaults to a sixth of the steps."""
+    """The settings of the experiment, checked; `eval_interval` is `eval_steps`, by default a sixth of the steps."""
 
-    output_dir: str
-    arms: tuple[str, ...]
-    seeds: tuple[int, ...]
-    max_train_steps: int
-    per_device_train_batch_size: int
-    learning_rate: float
-    num_warmup_steps: int | None
-    eval_steps: int
-    config_name: str
-    eval_lengths: tuple[int, ...]
-    random_position_offset: int
-    finetune_arms: tuple[str, ...]
-    finetune_steps: int
-    eval_tokens_per_batch: int
-    mask_seed: int
+    output_dir: str = dataclasses.field(metadata={"help": "Where every run, the tables and the plot go."})
+    arms: list[str] = dataclasses.field(
+        default_factory=lambda: list(ARMS), metadata={"help": "Arms to run.", "choices": list(ARMS)}
+    )
+    seeds: list[int] = dataclasses.field(
+        default_factory=lambda: [0, 1], metadata={"help": "Pretraining seeds of every arm."}
+    )
+    max_train_steps: int = dataclasses.field(default=600, metadata={"help": "Pretraining steps of every arm."})
+    per_device_train_batch_size: int = dataclasses.field(default=32, metadata={"help": "Sequences per step."})
+    learning_rate: float = dataclasses.field(default=5e-4, metadata={"help": "Peak learning rate of every arm."})
+    num_warmup_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Warmup (default: 6% of the steps)."}
+    )
+    eval_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Validation every N steps (default: steps/6)."}
+    )
+    config_name: str = dataclasses.field(default="small", metadata={"help": "The size preset of every arm."})
+    eval_lengths: list[int] = dataclasses.field(
+        default_factory=lambda: [128, 256, 512, 1024], metadata={"help": "Evaluation lengths (tokens)."}
+    )
+    random_position_offset: int = dataclasses.field(
+        default=896,
+        metadata={
+            "help": "Largest start position of the offset arm (896: positions 0…1023 are all seen in training)."
+        },
+    )
+    finetune_arms: list[str] = dataclasses.field(
+        default_factory=lambda: ["post_ln", "bert", "offset"],
+        metadata={"help": "Arms fine-tuned downstream.", "nargs": "*"},
+    )
+    finetune_steps: int = dataclasses.field(default=300, metadata={"help": "Fine-tuning steps of every arm."})
+    eval_tokens_per_batch: int = dataclasses.field(default=8192, metadata={"help": "Evaluation batch size in tokens."})
+    mask_seed: int = dataclasses.field(default=1234, metadata={"help": "Seed of the evaluation masks (all arms)."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("max_train_steps", "per_device_train_batch_size", "finetune_steps", "eval_tokens_per_batch"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}.")
+        check_positive(
+            self, "max_train_steps", "per_device_train_batch_size", "finetune_steps", "eval_tokens_per_batch"
+        )
+        check_positive(self, "eval_steps")
         if min(self.eval_lengths) < 8:
             raise ValueError(f"--eval_lengths must be at least 8 tokens, got {list(self.eval_lengths)}.")
         if self.random_position_offset < 0:
             raise ValueError(f"--random_position_offset must not be negative, got {self.random_position_offset}.")
-        unknown = set(self.finetune_arms) - set(ARMS)
-        if unknown:
-            raise ValueError(f"--finetune_arms: unknown arm(s) {sorted(unknown)}; choose from {list(ARMS)}.")
+        for name in ("arms", "finetune_arms"):
+            unknown = set(getattr(self, name)) - set(ARMS)
+            if unknown:
+                raise ValueError(f"--{name}: unknown arm(s) {sorted(unknown)}; choose from {list(ARMS)}.")
 
-    @classmethod
-    def from_args(cls, namespace: argparse.Namespace, **derived: Any) -> LengthGeneralizationConfig:
-        lists = {name: tuple(getattr(namespace, name)) for name in ("arms", "seeds", "eval_lengths", "finetune_arms")}
-        eval_steps = namespace.eval_steps
-        if eval_steps is None:
-            eval_steps = max(1, namespace.max_train_steps // 6)
-        return super().from_args(namespace, **{**lists, "eval_steps": eval_steps, **derived})
+    @property
+    def eval_interval(self) -> int:
+        """`eval_steps`, or a sixth of the pretraining steps."""
+        return self.eval_steps or max(1, self.max_train_steps // 6)
 
 
 def parse_args(argv: list[str] | None = None) -> LengthGeneralizationConfig:
     """The experiment's configuration of a command line (`sys.argv[1:]` by default), checked."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="Where every run, the tables and the plot go.")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="Arms to run.")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1], help="Pretraining seeds of every arm.")
-    parser.add_argument("--max_train_steps", type=int, default=600, help="Pretraining steps of every arm.")
-    parser.add_argument("--per_device_train_batch_size", type=int, default=32, help="Sequences per step.")
-    parser.add_argument("--learning_rate", type=float, default=5e-4, help="Peak learning rate of every arm.")
-    parser.add_argument("--num_warmup_steps", type=int, default=None, help="Warmup (default: 6%% of the steps).")
-    parser.add_argument("--eval_steps", type=int, default=None, help="Validation every N steps (default: steps/6).")
-    parser.add_argument("--config_name", default="small", help="The size preset of every arm.")
-    parser.add_argument(
-        "--eval_lengths", nargs="+", type=int, default=[128, 256, 512, 1024], help="Evaluation lengths (tokens)."
-    )
-    parser.add_argument(
-        "--random_position_offset",
-        type=int,
-        default=896,
-        help="Largest start position of the offset arm (896: positions 0…1023 are all seen in training).",
-    )
-    parser.add_argument(
-        "--finetune_arms", nargs="*", default=["post_ln", "bert", "offset"], help="Arms fine-tuned downstream."
-    )
-    parser.add_argument("--finetune_steps", type=int, default=300, help="Fine-tuning steps of every arm.")
-    parser.add_argument("--eval_tokens_per_batch", type=int, default=8192, help="Evaluation batch size in tokens.")
-    parser.add_argument("--mask_seed", type=int, default=1234, help="Seed of the evaluation masks (all arms).")
-    return LengthGeneralizationConfig.from_args(parser.parse_args(argv))
+    return parse_config(LengthGeneralizationConfig, argv, __doc__)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # the arms
-
-
-class NoPositionEmbeddings(SinusoidalEncoderEmbeddings):
-    """The ablation's embeddings: token embeddings × √d alone, zeros where the encoding was."""
-
-    def encode_positions(
-        self, position_ids: torch.Tensor, num_positions: int | None = None, dtype: torch.dtype = torch.float32
-    ) -> torch.Tensor:
-        return torch.zeros(*position_ids.shape, self.hidden_size, dtype=dtype, device=position_ids.device)
-
-
-def disable_position_encoding(model) -> None:
-    """The ablation: `model`'s embeddings replaced by `NoPositionEmbeddings` around the same token embedding (so a
-    masked-LM decoder stays tied to it)."""
-    embeddings = model.base_model.embeddings
-    ablated = NoPositionEmbeddings(model.config)
-    ablated.word_embeddings = embeddings.word_embeddings
-    ablated.train(embeddings.training)
-    model.base_model.embeddings = ablated
 
 
 def bert_config(ours, max_length: int) -> BertConfig:
@@ -183,38 +160,35 @@ def bert_config(ours, max_length: int) -> BertConfig:
 class SparseBertForMaskedLM(BertForMaskedLM):
     """transformers' BertForMaskedLM whose training forward projects to the vocabulary at the masked positions only,
     as ours does with `sparse_prediction`: the same loss and gradients, without the unused logits (at this size the
-    projection would be about half of BERT's training step). Saved and loaded as a plain BertForMaskedLM."""
+    projection would be about half of BERT's training step). Its loss honours `num_items_in_batch` (the summed loss
+    divided by it, as the training library asks; the plain class returns the mean). Saved and loaded as a plain
+    BertForMaskedLM."""
 
     def forward(self, input_ids=None, labels=None, **kwargs):
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is None:
             return super().forward(input_ids=input_ids, **kwargs)
         hidden = self.bert(input_ids=input_ids, **kwargs).last_hidden_state  # (B, T, d)
         keep = labels != -100
         logits = self.cls(hidden[keep])  # (N, V)
-        loss = F.cross_entropy(logits.float(), labels[keep])
+        loss = F.cross_entropy(logits.float(), labels[keep], reduction="sum")
+        loss = loss / (num_items_in_batch if num_items_in_batch is not None else keep.sum())
         return MaskedLMOutput(loss=loss, logits=logits)
 
 
-def builder(arm: str, longest_evaluation: int = TRAIN_LENGTH):
-    """`build(pretraining_config, tokenizer)` for pretraining.pretrain: called once every RNG is seeded. The BERT arm's
-    position table covers `longest_evaluation` tokens (and the training length)."""
-
-    def build(pretraining_config: pretraining.PretrainingConfig, tokenizer):
-        model = pretraining.build_model(pretraining_config, tokenizer)
-        if arm == "bert":
-            return SparseBertForMaskedLM(bert_config(model.config, max(longest_evaluation, TRAIN_LENGTH)))
-        if arm == "no_position":
-            disable_position_encoding(model)
-        return model
-
-    return build
+def arm_model(arm: str, config: pretraining.PretrainingConfig, longest_evaluation: int = TRAIN_LENGTH):
+    """The model an arm pretrains: None where pretraining builds it from the settings, else built here as
+    pretraining would (every RNG seeded with the run's seed, then `build_model`), and changed: BERT of the same size,
+    whose position table covers `longest_evaluation` tokens (and the training length)."""
+    if arm != "bert":
+        return None
+    set_seed(config.seed)
+    model = pretraining.build_model(config, pretraining.load_tokenizer(config))
+    return SparseBertForMaskedLM(bert_config(model.config, max(longest_evaluation, TRAIN_LENGTH)))
 
 
-def load_arm(arm: str, folder: str):
-    model = AutoModelForMaskedLM.from_pretrained(folder)
-    if arm == "no_position":
-        disable_position_encoding(model)
-    return model.eval()
+def load_arm(folder: str):
+    return AutoModelForMaskedLM.from_pretrained(folder).eval()
 
 
 def run_folder(config: LengthGeneralizationConfig, arm: str, seed: int) -> str:
@@ -230,47 +204,42 @@ def read_finished(folder: str) -> dict[str, Any] | None:
         return json.load(handle)
 
 
+def arm_settings(config: LengthGeneralizationConfig, arm: str, seed: int) -> pretraining.PretrainingConfig:
+    """The pretraining run of one arm and seed: the same settings for every arm but the model's own."""
+    overrides = {
+        "pre_ln": "norm_first=true",
+        "no_position": "position_mode=none",
+        "offset": f"position_mode=random_offset,max_position_offset={config.random_position_offset}",
+    }
+    return pretraining.PretrainingConfig(
+        config_name=config.config_name,
+        config_overrides=overrides.get(arm),
+        max_seq_length=TRAIN_LENGTH,
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        learning_rate=config.learning_rate,
+        num_warmup_steps=config.num_warmup_steps,
+        max_train_steps=config.max_train_steps,
+        eval_steps=config.eval_interval,
+        logging_steps=20,
+        checkpointing_steps=config.eval_interval,
+        checkpoints_total_limit=1,
+        resume_from_checkpoint="latest",
+        seed=seed,
+        output_dir=run_folder(config, arm, seed),
+    )
+
+
 def pretrain_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dict[str, Any]:
     """Pretrain one arm with one seed (resuming a killed run), save it and return what the run reports."""
     folder = run_folder(config, arm, seed)
     finished = read_finished(folder)
     if finished is not None:
         return finished
-    argv = [
-        "--config_name",
-        config.config_name,
-        "--max_seq_length",
-        str(TRAIN_LENGTH),
-        "--per_device_train_batch_size",
-        str(config.per_device_train_batch_size),
-        "--learning_rate",
-        str(config.learning_rate),
-        "--max_train_steps",
-        str(config.max_train_steps),
-        "--eval_steps",
-        str(config.eval_steps),
-        "--logging_steps",
-        "20",
-        "--checkpointing_steps",
-        str(config.eval_steps),
-        "--checkpoints_total_limit",
-        "1",
-        "--resume_from_checkpoint",
-        "latest",
-        "--seed",
-        str(seed),
-        "--output_dir",
-        folder,
-    ]
-    if config.num_warmup_steps is not None:
-        argv += ["--num_warmup_steps", str(config.num_warmup_steps)]
-    if arm == "pre_ln":
-        argv += ["--config_overrides", "norm_first=true"]
-    if arm == "offset":
-        argv += ["--config_overrides", f"random_position_offset={config.random_position_offset}"]
+    pretraining_config = arm_settings(config, arm, seed)
     print(f"\n=== pretraining {arm} ({ARMS[arm]}), seed {seed} -> {folder}")
     start = time.time()
-    result = pretraining.pretrain(pretrain.parse_args(argv), builder(arm, max(config.eval_lengths)))
+    model = arm_model(arm, pretraining_config, max(config.eval_lengths))
+    result = pretraining.pretrain(pretraining_config, model)
     model = result.accelerator.unwrap_model(result.model, keep_torch_compile=False)
     if isinstance(model, SparseBertForMaskedLM):
         model.config.architectures = ["BertForMaskedLM"]  # loads as the plain class
@@ -366,7 +335,7 @@ def evaluate_arm(
             cached = json.load(handle)
         if set(cached) == set(MEASUREMENTS) and sorted(int(k) for k in cached["loss"]) == sorted(batches):
             return cached
-    model = load_arm(arm, folder)
+    model = load_arm(folder)
     result: dict[str, Any] = {name: {} for name in MEASUREMENTS}
     for length, length_batches in batches.items():
         loss, count = masked_lm_loss(model, length_batches)
@@ -390,35 +359,30 @@ def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
     finished = read_finished(folder)
     if finished is not None:
         return finished
-    argv = [
-        "--model_name_or_path",
-        run_folder(config, arm, seed),
-        "--output_dir",
-        folder,
-        "--max_train_steps",
-        str(config.finetune_steps),
-        "--max_length",
-        str(TRAIN_LENGTH),
-        "--learning_rate",
-        "1e-4",
-        "--per_device_train_batch_size",
-        "32",
-        "--logging_steps",
-        "20",
-        "--checkpointing_steps",
-        "100",
-        "--checkpoints_total_limit",
-        "1",
-        "--resume_from_checkpoint",
-        "latest",
-        "--seed",
-        str(seed),
-    ]
+    pretrained = run_folder(config, arm, seed)
+    finetuning_config = finetuning.FinetuningConfig(
+        model_name_or_path=pretrained,
+        output_dir=folder,
+        max_train_steps=config.finetune_steps,
+        max_length=TRAIN_LENGTH,
+        learning_rate=1e-4,
+        per_device_train_batch_size=32,
+        logging_steps=20,
+        checkpointing_steps=100,
+        checkpoints_total_limit=1,
+        resume_from_checkpoint="latest",
+        seed=seed,
+    )
     print(f"\n=== fine-tuning {arm} on the offline downstream task -> {folder}")
-    finetuning_config = finetune.parse_args(argv)
     if arm == "no_position":
         raise ValueError("The ablation arm is not fine-tuned (its saved folder carries no switch for the encoding).")
-    final = finetuning.finetune(finetuning_config, any_model_type=arm == "bert").metrics
+    model_init = None  # ours: the library's own loading
+    if arm == "bert":
+
+        def model_init(model_config):
+            return AutoModelForSequenceClassification.from_pretrained(pretrained, config=model_config)
+
+    final = finetuning.finetune(finetuning_config, model_init).metrics
     shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
     with open(os.path.join(folder, DONE), "w") as handle:
         json.dump(final, handle, indent=2)
@@ -582,19 +546,27 @@ def publish_folder(
         training_data="The built-in offline corpus of sinusoidal-encoder (Python documentation and docstrings).",
         training_procedure=(
             f"Masked language modelling, {run['steps']:,} steps, {run['tokens_seen']:,} tokens, blocks of "
-            f"{TRAIN_LENGTH} tokens, `random_position_offset={model.config.random_position_offset}` (each training "
+            f"{TRAIN_LENGTH} tokens, `max_position_offset={model.config.max_position_offset}` (each training "
             f"sequence starts at a random position), lr {config.learning_rate:g}, seed {seed}; trained by "
             "`benchmarks/length_generalization.py` of sinusoidal-encoder."
         ),
         metrics={"loss": run["validation_loss"], "perplexity": perplexity(run["validation_loss"])},
         pictures=pictures,
-        length_generalization=tables + f"\n![Loss against evaluation length]({os.path.basename(picture)})\n",
+        extra_sections={
+            "Past the training length": "Measured by `benchmarks/length_generalization.py` of sinusoidal-encoder: "
+            "arms of identical size, data, masks, steps and optimiser, evaluated on the same held-out text at several "
+            "lengths.\n\n" + tables + f"\n![Loss against evaluation length]({os.path.basename(picture)})\n"
+        },
     )
     return folder
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    config = parse_args(argv)
+    return run_experiment(parse_args(argv))
+
+
+def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
+    """Every arm pretrained, evaluated and (some) fine-tuned, the report written; returns the summary."""
     os.makedirs(config.output_dir, exist_ok=True)
     # seed by seed, the paper's arm and the remedy first: a partial run already compares what matters most
     order = sorted(config.arms, key=["post_ln", "offset", "bert", "pre_ln", "no_position"].index)
@@ -612,7 +584,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     picture = os.path.join(config.output_dir, "length_generalization.png")
     plot(summary, picture)
     with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
-        json.dump({"arguments": dataclasses.asdict(config), "summary": summary}, handle, indent=2)
+        arguments = {**dataclasses.asdict(config), "eval_steps": config.eval_interval}
+        json.dump({"arguments": arguments, "summary": summary}, handle, indent=2)
     with open(os.path.join(config.output_dir, "results.md"), "w") as handle:
         handle.write(tables)
     if "offset" in config.arms:

@@ -1,6 +1,6 @@
 """Which pretraining recipe makes a small model use word order on a CPU budget? Arms of training/pretrain.py on the
 built-in corpus, each scored by its final evaluation: eval loss, the unigram baseline on the same masked tokens, and
-the order gap (training/mlm_evaluation.py).
+the order gap (`sinusoidal_encoder_training.mlm_evaluation`).
 
     python benchmarks/order_recipe.py --jobs 2                       # every arm, two at a time, one thread each
     python benchmarks/order_recipe.py --arms v4k_preln v4k_mask30    # some of them
@@ -288,10 +288,9 @@ def pretrain_without_positions(argv: list[str]) -> None:
     benchmarks/length_generalization.py); the exported folder does not carry the switch, the metrics are what count."""
     from benchmarks import length_generalization
     from sinusoidal_encoder_training import pretraining
-    from sinusoidal_encoder_training.cli import pretrain
 
-    config = pretrain.parse_args(argv)
-    result = pretraining.pretrain(config, length_generalization.builder("no_position"))
+    config = pretraining.parse_args(argv)
+    result = pretraining.pretrain(config, length_generalization.arm_model("no_position", config))
     pretraining.export(config, result)
 
 

@@ -23,21 +23,21 @@ the trainer saves checkpoints, so a killed run resumes where it stopped when the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import importlib
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Literal
 
 import datasets
 import torch
 import torch.nn.functional as F
 
 from benchmarks.similarity_check import ALL_TRIPLES
-from sinusoidal_encoder_training.data import DataConfig, add_data_arguments, load_raw_datasets, text_column
+from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.data import DataConfig, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import save_tokenizer
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -79,29 +79,51 @@ class TeacherContrastiveLoss(torch.nn.Module):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DistillationConfig(DataConfig):
-    """The flags of the distillation (the data flags, the student, the teacher, sentences, training), checked when
-    built (`check_args`)."""
+    """The settings of the distillation (the data settings, the student, the teacher, sentences, training), checked
+    when built (`check_args`)."""
 
-    model_name_or_path: str
-    output_dir: str
-    teacher: str
-    seed: int
-    max_sentences: int
-    eval_sentences: int
-    min_words: int
-    max_words: int
-    max_seq_length: int
-    loss: str
-    max_train_steps: int
-    per_device_train_batch_size: int
-    teacher_batch_size: int
-    learning_rate: float
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    checkpointing_steps: int
-    checkpoints_total_limit: int | None
-    logging_steps: int
+    model_name_or_path: str = dataclasses.field(
+        metadata={"help": "The student: an exported folder of this package, or a Hub id.", "positional": True}
+    )
+    output_dir: str = dataclasses.field(metadata={"help": "Where the sentence-embedding model is written."})
+    teacher: str = dataclasses.field(
+        default=DEFAULT_TEACHER,
+        metadata={
+            "help": f"A SentenceTransformer Hub id or folder whose embeddings the student learns ({DEFAULT_TEACHER})."
+        },
+    )
+    seed: int = dataclasses.field(
+        default=0, metadata={"help": "Seed for sentence sampling, initialisation and order."}
+    )
+    max_sentences: int = dataclasses.field(default=20000, metadata={"help": "How many training sentences to use."})
+    eval_sentences: int = dataclasses.field(
+        default=1000, metadata={"help": "Validation sentences for the MSE report."}
+    )
+    min_words: int = dataclasses.field(default=4, metadata={"help": "Shorter sentences are skipped."})
+    max_words: int = dataclasses.field(default=40, metadata={"help": "Longer sentences are skipped."})
+    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "The student's token limit per sentence."})
+    loss: Literal["contrastive", "mse"] = dataclasses.field(
+        default="contrastive",
+        metadata={
+            "help": "contrastive: TeacherContrastiveLoss (in-batch ranking); mse: sentence-transformers' MSELoss."
+        },
+    )
+    max_train_steps: int = dataclasses.field(default=1500, metadata={"help": "Optimizer steps."})
+    per_device_train_batch_size: int = dataclasses.field(
+        default=64, metadata={"help": "Sentences per batch and device."}
+    )
+    teacher_batch_size: int = dataclasses.field(default=128, metadata={"help": "Batch size when the teacher encodes."})
+    learning_rate: float = dataclasses.field(default=5e-4, metadata={"help": "Peak learning rate (linear decay)."})
+    warmup_ratio: float = dataclasses.field(default=0.05, metadata={"help": "Fraction of steps of linear warmup."})
+    weight_decay: float = dataclasses.field(default=0.01, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = dataclasses.field(default=1.0, metadata={"help": "Gradient clipping."})
+    checkpointing_steps: int = dataclasses.field(
+        default=250, metadata={"help": "Steps between resumable checkpoints."}
+    )
+    checkpoints_total_limit: int | None = dataclasses.field(
+        default=2, metadata={"help": "Keep only the newest N checkpoints."}
+    )
+    logging_steps: int = dataclasses.field(default=50, metadata={"help": "Log the training loss every N steps."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -110,40 +132,7 @@ class DistillationConfig(DataConfig):
 
 def parse_args(argv: list[str] | None = None) -> DistillationConfig:
     """The distillation's configuration of a command line (`sys.argv[1:]` by default), checked."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_name_or_path", help="The student: an exported folder of this package, or a Hub id.")
-    parser.add_argument("--output_dir", required=True, help="Where the sentence-embedding model is written.")
-    parser.add_argument(
-        "--teacher",
-        default=DEFAULT_TEACHER,
-        help=f"A SentenceTransformer Hub id or folder whose embeddings the student learns ({DEFAULT_TEACHER}).",
-    )
-    add_data_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="Seed for sentence sampling, initialisation and order.")
-    group = parser.add_argument_group("sentences")
-    group.add_argument("--max_sentences", type=int, default=20000, help="How many training sentences to use.")
-    group.add_argument("--eval_sentences", type=int, default=1000, help="Validation sentences for the MSE report.")
-    group.add_argument("--min_words", type=int, default=4, help="Shorter sentences are skipped.")
-    group.add_argument("--max_words", type=int, default=40, help="Longer sentences are skipped.")
-    group.add_argument("--max_seq_length", type=int, default=128, help="The student's token limit per sentence.")
-    group = parser.add_argument_group("training")
-    group.add_argument(
-        "--loss",
-        choices=("contrastive", "mse"),
-        default="contrastive",
-        help="contrastive: TeacherContrastiveLoss (in-batch ranking); mse: sentence-transformers' MSELoss.",
-    )
-    group.add_argument("--max_train_steps", type=int, default=1500, help="Optimizer steps.")
-    group.add_argument("--per_device_train_batch_size", type=int, default=64, help="Sentences per batch and device.")
-    group.add_argument("--teacher_batch_size", type=int, default=128, help="Batch size when the teacher encodes.")
-    group.add_argument("--learning_rate", type=float, default=5e-4, help="Peak learning rate (linear decay).")
-    group.add_argument("--warmup_ratio", type=float, default=0.05, help="Fraction of steps of linear warmup.")
-    group.add_argument("--weight_decay", type=float, default=0.01, help="AdamW weight decay.")
-    group.add_argument("--max_grad_norm", type=float, default=1.0, help="Gradient clipping.")
-    group.add_argument("--checkpointing_steps", type=int, default=250, help="Steps between resumable checkpoints.")
-    group.add_argument("--checkpoints_total_limit", type=int, default=2, help="Keep only the newest N checkpoints.")
-    group.add_argument("--logging_steps", type=int, default=50, help="Log the training loss every N steps.")
-    return DistillationConfig.from_args(parser.parse_args(argv))
+    return parse_config(DistillationConfig, argv, __doc__)
 
 
 def check_args(config: DistillationConfig) -> None:

@@ -123,6 +123,26 @@ def pretrain_cmd(corpus, output_dir, *extra, launcher=()):
     ]
 
 
+def tiny_pretraining(corpus, output_dir, **settings):
+    """The run of `pretrain_cmd`, built in code: a `PretrainingConfig` of the tiny model on a (train, validation)
+    pair of files; `settings` override these."""
+    from sinusoidal_encoder_training.pretraining import PretrainingConfig
+
+    train, validation = corpus
+    values = dict(
+        train_file=str(train),
+        validation_file=str(validation),
+        config_name="tiny",
+        config_overrides=TINY,
+        max_seq_length=32,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=16,
+        logging_steps=1,
+        output_dir=str(output_dir),
+    )
+    return PretrainingConfig(**{**values, **settings})
+
+
 def env(**extra):
     return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
 

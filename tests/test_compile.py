@@ -124,7 +124,7 @@ def _fresh_accelerate_state():
 @pytest.mark.slow
 @pytest.mark.usefixtures("_fresh_accelerate_state")
 def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
-    from sinusoidal_encoder_training.cli import finetune
+    from sinusoidal_encoder_training import finetuning
 
     folder = tmp_path / "pretrained"
     se.SinusoidalEncoderForMaskedLM(
@@ -135,12 +135,21 @@ def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
     rows = [{"text": " ".join(words[: 2 + i % 5]), "label": ["a", "b"][i % 2]} for i in range(24)]
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    common = [
-        *("--model_name_or_path", str(folder), "--train_file", str(data), "--validation_file", str(data)),
-        *("--per_device_train_batch_size", "4", "--max_train_steps", "6", "--checkpointing_steps", "3"),
-        *COMPILED,
-    ]
-    finetune.main([*common, "--output_dir", str(tmp_path / "a")])
-    checkpoint = str(tmp_path / "a" / "checkpoints" / "step_3")
-    finetune.main([*common, "--output_dir", str(tmp_path / "b"), "--resume_from_checkpoint", checkpoint])
+    common = dict(
+        model_name_or_path=str(folder),
+        train_file=str(data),
+        validation_file=str(data),
+        per_device_train_batch_size=4,
+        max_train_steps=6,
+        checkpointing_steps=3,
+        torch_compile=True,
+        torch_compile_backend="aot_eager",
+    )
+
+    def run_finetune(**settings) -> None:
+        config = finetuning.FinetuningConfig(**common, **settings)
+        finetuning.export(config, finetuning.finetune(config))
+
+    run_finetune(output_dir=str(tmp_path / "a"))
+    run_finetune(output_dir=str(tmp_path / "b"), resume_from_checkpoint=str(tmp_path / "a" / "checkpoints" / "step_3"))
     assert same_weights(tmp_path / "a", tmp_path / "b")

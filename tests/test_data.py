@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import datasets
@@ -16,7 +15,6 @@ from sinusoidal_encoder_training.data import (
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
-    add_data_arguments,
     load_raw_datasets,
     tokenize_and_pack,
 )
@@ -24,10 +22,8 @@ from sinusoidal_encoder_training.data import (
 SEED = 42  # the seed of a validation split drawn from the training data
 
 
-def data_config(*argv: str) -> DataConfig:
-    parser = argparse.ArgumentParser()
-    add_data_arguments(parser)
-    return DataConfig.from_args(parser.parse_args(list(argv)))
+def data_config(**settings) -> DataConfig:
+    return DataConfig(**settings)
 
 
 def test_builtin_corpus_is_real_offline_text_of_at_least_5_mb():
@@ -70,10 +66,8 @@ ROWS = [
 @pytest.mark.parametrize("fmt", ["txt", "json", "jsonl", "csv", "parquet"])
 def test_local_files_in_every_format(tmp_path, tokenizer, fmt):
     path = _write(tmp_path, fmt, ROWS)
-    column = [] if fmt == "txt" else ["--text_column_name", "body"]
-    raw = load_raw_datasets(
-        data_config("--train_file", str(path), "--validation_split_percentage", "10", *column), SEED
-    )
+    column = {} if fmt == "txt" else {"text_column_name": "body"}
+    raw = load_raw_datasets(data_config(train_file=str(path), validation_split_percentage=10, **column), SEED)
     assert len(raw["train"]) == 54 and len(raw["validation"]) == 6
     packed = tokenize_and_pack(raw, tokenizer, 16, None if fmt == "txt" else "body")
     blocks = packed["train"]["input_ids"]
@@ -89,15 +83,15 @@ def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
     (folder / "data" / "train.jsonl").rename(folder / "data" / "train-00000.jsonl")
     _write(folder / "val", "jsonl", ROWS[:5])
     (folder / "val" / "train.jsonl").rename(folder / "data" / "validation-00000.jsonl")
-    raw = load_raw_datasets(data_config("--dataset_name", str(folder), "--text_column_name", "body"), SEED)
+    raw = load_raw_datasets(data_config(dataset_name=str(folder), text_column_name="body"), SEED)
     assert len(raw["train"]) == 60 and len(raw["validation"]) == 5
 
 
 def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
     train, validation = write_text_corpus(tmp_path)
-    argv = ("--train_file", str(train), "--validation_file", str(validation))
-    eager = tokenize_and_pack(load_raw_datasets(data_config(*argv), SEED), tokenizer, 32)
-    streamed = tokenize_and_pack(load_raw_datasets(data_config(*argv, "--streaming"), SEED), tokenizer, 32)
+    files = {"train_file": str(train), "validation_file": str(validation)}
+    eager = tokenize_and_pack(load_raw_datasets(data_config(**files), SEED), tokenizer, 32)
+    streamed = tokenize_and_pack(load_raw_datasets(data_config(**files, streaming=True), SEED), tokenizer, 32)
     assert isinstance(streamed["train"], datasets.IterableDataset)
     assert [row["input_ids"] for row in streamed["train"]] == eager["train"]["input_ids"]
     stream = list(IndexedStream(streamed["validation"]))
@@ -106,36 +100,41 @@ def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
 
 def test_streaming_without_validation_holds_out_the_first_documents(tmp_path):
     train, _ = write_text_corpus(tmp_path)
-    raw = load_raw_datasets(
-        data_config("--train_file", str(train), "--streaming", "--streaming_validation_examples", "5"), SEED
-    )
+    raw = load_raw_datasets(data_config(train_file=str(train), streaming=True, streaming_validation_examples=5), SEED)
     texts = [row["text"] for row in raw["validation"]]
     assert len(texts) == 5
     assert next(iter(raw["train"]))["text"] == train.read_text().splitlines()[5]
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("settings", "message"),
     [
-        (("--train_file", "/nonexistent.txt"), "--train_file"),
-        (("--train_file", "{here}/x.docx"), "extension"),
-        (("--validation_file", "{here}/validation.txt"), "--validation_file needs --train_file"),
-        (("--dataset_name", "x", "--train_file", "{here}/train.txt"), "either --dataset_name"),
-        (("--train_file", "{here}/train.txt", "--text_column_name", "nope"), "--text_column_name"),
-        (("--train_file", "{here}/train.txt", "--validation_split_percentage", "0"), "--validation_split_percentage"),
+        ({"train_file": "/nonexistent.txt"}, "--train_file"),
+        ({"train_file": "{here}/x.docx"}, "extension"),
+        ({"validation_file": "{here}/validation.txt"}, "--validation_file needs --train_file"),
+        ({"dataset_name": "x", "train_file": "{here}/train.txt"}, "either --dataset_name"),
+        ({"train_file": "{here}/train.txt", "validation_split_percentage": 0}, "--validation_split_percentage"),
+        ({"streaming": True}, "--streaming needs --dataset_name or --train_file"),
     ],
 )
-def test_bad_data_flags_name_the_flag(tmp_path, tokenizer, argv, message):
+def test_bad_data_settings_name_the_flag_when_the_config_is_built(tmp_path, settings, message):
     write_text_corpus(tmp_path)
     (tmp_path / "x.docx").write_text("x")
-    config = data_config(*(a.format(here=tmp_path) for a in argv))
+    settings = {k: v.format(here=tmp_path) if isinstance(v, str) else v for k, v in settings.items()}
     with pytest.raises(ValueError, match=message):
+        data_config(**settings)
+
+
+def test_a_column_that_is_not_in_the_data_names_the_flag(tmp_path, tokenizer):
+    train, _ = write_text_corpus(tmp_path)
+    config = data_config(train_file=str(train), text_column_name="nope")
+    with pytest.raises(ValueError, match="--text_column_name"):
         tokenize_and_pack(load_raw_datasets(config, SEED), tokenizer, 32, config.text_column_name)
 
 
 def test_a_column_that_is_not_text_is_refused(tmp_path, tokenizer):
     path = _write(tmp_path, "jsonl", ROWS)
-    config = data_config("--train_file", str(path), "--text_column_name", "id")
+    config = data_config(train_file=str(path), text_column_name="id")
     with pytest.raises(ValueError, match="not text"):
         tokenize_and_pack(load_raw_datasets(config, SEED), tokenizer, 16, config.text_column_name)
 
@@ -144,7 +143,7 @@ def test_an_empty_corpus_after_filtering_is_refused(tmp_path, tokenizer):
     (tmp_path / "blank.txt").write_text("\n   \n\t\n" * 50)
     (tmp_path / "short.txt").write_text("A few words only.\n" * 3)
     for name in ("blank.txt", "short.txt"):
-        config = data_config("--train_file", str(tmp_path / name), "--validation_file", str(tmp_path / name))
+        config = data_config(train_file=str(tmp_path / name), validation_file=str(tmp_path / name))
         with pytest.raises(ValueError, match="no complete block"):
             tokenize_and_pack(load_raw_datasets(config, SEED), tokenizer, 64)
 
@@ -154,13 +153,13 @@ def test_a_malformed_file_names_the_flag(tmp_path, fmt):
     path = tmp_path / f"train.{fmt}"
     path.write_bytes(b"\x00\xff\xfe not a " + fmt.encode() + b" file {[\n" * 3)
     with pytest.raises(ValueError, match="--train_file"):
-        load_raw_datasets(data_config("--train_file", str(path)), SEED)
+        load_raw_datasets(data_config(train_file=str(path)), SEED)
 
 
 def test_a_folder_is_not_a_file(tmp_path):
     (tmp_path / "folder.txt").mkdir()
     with pytest.raises(ValueError, match="not a file"):
-        load_raw_datasets(data_config("--train_file", str(tmp_path / "folder.txt")), SEED)
+        data_config(train_file=str(tmp_path / "folder.txt"))
 
 
 def test_masks_are_keyed_by_seed_epoch_and_example(tokenizer):

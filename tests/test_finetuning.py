@@ -17,8 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import finetuning
-from sinusoidal_encoder_training.cli import finetune, publish
+from sinusoidal_encoder_training import finetuning, hub
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
@@ -27,16 +26,7 @@ from sinusoidal_encoder_training.metrics import (
     regression_scores,
 )
 
-FAST = [
-    "--per_device_train_batch_size",
-    "8",
-    "--per_device_eval_batch_size",
-    "16",
-    "--logging_steps",
-    "1",
-    "--max_length",
-    "48",
-]
+FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +39,12 @@ def pretrained(tmp_path_factory, tokenizer):
     return str(folder)
 
 
-def run_finetune(*argv: str) -> dict:
-    return finetune.main([*FAST, *argv])
+def run_finetune(**settings) -> dict:
+    """Fine-tune and export as the command line does, with the run built in code."""
+    config = finetuning.FinetuningConfig(**{**FAST, **settings})
+    result = finetuning.finetune(config)
+    finetuning.export(config, result)
+    return result.metrics
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> str:
@@ -74,18 +68,12 @@ SENTENCES = [
 def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
     out = tmp_path / "classifier"
     final = run_finetune(
-        "--model_name_or_path",
-        pretrained,
-        "--output_dir",
-        str(out),
-        "--max_train_samples",
-        "96",
-        "--max_eval_samples",
-        "64",
-        "--max_train_steps",
-        "4",
-        "--base_model_id",
-        "someone/tiny-mlm",
+        model_name_or_path=pretrained,
+        output_dir=str(out),
+        max_train_samples=96,
+        max_eval_samples=64,
+        max_train_steps=4,
+        base_model_id="someone/tiny-mlm",
     )
     for key in ("eval_accuracy", "eval_macro_f1", "majority_accuracy", "tfidf_logreg_accuracy"):
         assert 0.0 <= final[key] <= 1.0, key
@@ -135,16 +123,7 @@ def test_loads_with_trust_remote_code_without_the_package(tmp_path, pretrained):
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:8])
     out = tmp_path / "out"
     run_finetune(
-        "--model_name_or_path",
-        pretrained,
-        "--train_file",
-        train,
-        "--validation_file",
-        valid,
-        "--output_dir",
-        str(out),
-        "--max_train_steps",
-        "2",
+        model_name_or_path=pretrained, train_file=train, validation_file=valid, output_dir=str(out), max_train_steps=2
     )
     script = (
         "import sys; sys.modules['sinusoidal_encoder'] = None\n"
@@ -169,25 +148,19 @@ def test_regression_multi_label_and_text_pairs(tmp_path, pretrained):
         for i, s in enumerate(SENTENCES * 3)
     ]
     train, valid = write_jsonl(tmp_path / "t.jsonl", pairs), write_jsonl(tmp_path / "v.jsonl", pairs[:9])
-    common = [
-        "--model_name_or_path",
-        pretrained,
-        "--train_file",
-        train,
-        "--validation_file",
-        valid,
-        "--text_column_name",
-        "a",
-        "--text_pair_column_name",
-        "b",
-        "--max_train_steps",
-        "2",
-    ]
-    regression = run_finetune(*common, "--label_column_name", "score", "--output_dir", str(tmp_path / "r"))
+    common = dict(
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        text_column_name="a",
+        text_pair_column_name="b",
+        max_train_steps=2,
+    )
+    regression = run_finetune(**common, label_column_name="score", output_dir=str(tmp_path / "r"))
     assert {"eval_pearson", "eval_spearman", "eval_mse"} <= set(regression)
     config = AutoConfig.from_pretrained(tmp_path / "r")
     assert config.problem_type == "regression" and config.num_labels == 1
-    multi = run_finetune(*common, "--label_column_name", "tags", "--output_dir", str(tmp_path / "m"))
+    multi = run_finetune(**common, label_column_name="tags", output_dir=str(tmp_path / "m"))
     assert {"eval_micro_f1", "eval_macro_f1", "eval_exact_match"} <= set(multi)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["problem_type"] == "multi_label_classification" and config["id2label"] == {"0": "x", "1": "y"}
@@ -217,18 +190,12 @@ def test_token_classification(tmp_path, pretrained):
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
     out = tmp_path / "ner"
     final = run_finetune(
-        "--task",
-        "token-classification",
-        "--model_name_or_path",
-        pretrained,
-        "--train_file",
-        train,
-        "--validation_file",
-        valid,
-        "--output_dir",
-        str(out),
-        "--max_train_steps",
-        "3",
+        task="token-classification",
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        output_dir=str(out),
+        max_train_steps=3,
     )
     assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy"} <= set(final)
     config = json.loads((out / "config.json").read_text())
@@ -265,28 +232,17 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
 def test_resume_continues_exactly(tmp_path, pretrained):
     rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 4)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
-    common = [
-        "--model_name_or_path",
-        pretrained,
-        "--train_file",
-        train,
-        "--validation_file",
-        valid,
-        "--max_train_steps",
-        "8",
-        "--checkpointing_steps",
-        "3",
-        "--gradient_accumulation_steps",
-        "2",
-    ]
-    run_finetune(*common, "--output_dir", str(tmp_path / "a"))
-    run_finetune(
-        *common,
-        "--output_dir",
-        str(tmp_path / "b"),
-        "--resume_from_checkpoint",
-        str(tmp_path / "a" / "checkpoints" / "step_3"),
+    common = dict(
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        max_train_steps=8,
+        checkpointing_steps=3,
+        gradient_accumulation_steps=2,
     )
+    run_finetune(**common, output_dir=str(tmp_path / "a"))
+    checkpoint = str(tmp_path / "a" / "checkpoints" / "step_3")
+    run_finetune(**common, output_dir=str(tmp_path / "b"), resume_from_checkpoint=checkpoint)
     a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -297,13 +253,13 @@ def test_bad_input_fails_before_training(tmp_path, pretrained):
     unseen = write_jsonl(tmp_path / "u.jsonl", [{"text": "x y z", "label": "surprise"}, *rows[:3]])
     no_label = write_jsonl(tmp_path / "n.jsonl", [{"text": s} for s in SENTENCES])
     out = str(tmp_path / "out")
-    base = ["--model_name_or_path", pretrained, "--output_dir", out, "--max_train_steps", "1"]
+    base = dict(model_name_or_path=pretrained, output_dir=out, max_train_steps=1)
     with pytest.raises(ValueError, match="surprise"):
-        run_finetune(*base, "--train_file", train, "--validation_file", unseen)
+        run_finetune(**base, train_file=train, validation_file=unseen)
     with pytest.raises(ValueError, match="label column"):
-        run_finetune(*base, "--train_file", no_label, "--validation_file", no_label)
+        run_finetune(**base, train_file=no_label, validation_file=no_label)
     with pytest.raises(ValueError, match="--label_column_name 'nope'"):
-        run_finetune(*base, "--train_file", train, "--label_column_name", "nope")
+        run_finetune(**base, train_file=train, label_column_name="nope")
     # a folder of another model type
     from transformers import BertConfig
 
@@ -311,26 +267,49 @@ def test_bad_input_fails_before_training(tmp_path, pretrained):
         tmp_path / "bert"
     )
     with pytest.raises(ValueError, match="'bert' model"):
-        run_finetune("--model_name_or_path", str(tmp_path / "bert"), "--output_dir", out, "--train_file", train)
+        run_finetune(model_name_or_path=str(tmp_path / "bert"), output_dir=out, train_file=train)
     # a classifier with another number of labels: refused unless --ignore_mismatched_sizes
     three = write_jsonl(
         tmp_path / "3.jsonl", [{"text": s, "label": "abc"[i % 3]} for i, s in enumerate(SENTENCES * 2)]
     )
-    run_finetune(*base, "--train_file", train, "--output_dir", str(tmp_path / "two"))
-    mismatched = [
-        "--model_name_or_path",
-        str(tmp_path / "two"),
-        "--output_dir",
-        out,
-        "--train_file",
-        three,
-        "--max_train_steps",
-        "1",
-    ]
+    run_finetune(**{**base, "output_dir": str(tmp_path / "two")}, train_file=train)
+    mismatched = dict(model_name_or_path=str(tmp_path / "two"), output_dir=out, train_file=three, max_train_steps=1)
     with pytest.raises(ValueError, match="--ignore_mismatched_sizes"):
-        run_finetune(*mismatched)
-    final = run_finetune(*mismatched, "--ignore_mismatched_sizes")
+        run_finetune(**mismatched)
+    final = run_finetune(**mismatched, ignore_mismatched_sizes=True)
     assert AutoConfig.from_pretrained(out).num_labels == 3 and "eval_accuracy" in final
+
+
+@pytest.mark.slow
+def test_model_init_fine_tunes_a_model_of_your_making(tmp_path, pretrained, tokenizer):
+    """`finetune(config, model_init)`: the model is made from the config of --model_name_or_path with the task's
+    labels, once every RNG is seeded (the same head in every run), and may be of any architecture (here
+    transformers' BERT, which the default loading refuses)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    bert = tmp_path / "bert"
+    BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    ).save_pretrained(bert)
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    train = write_jsonl(tmp_path / "t.jsonl", rows)
+    made = []
+
+    def model_init(model_config):
+        made.append(model_config)
+        return BertForSequenceClassification(model_config)
+
+    settings = dict(model_name_or_path=str(bert), tokenizer_name=pretrained, train_file=train, max_train_steps=2)
+    runs = [
+        finetuning.finetune(finetuning.FinetuningConfig(**FAST, **settings, output_dir=str(tmp_path / o)), model_init)
+        for o in ("a", "b")
+    ]
+    assert made[0].num_labels == 2 and made[0].id2label == {0: "neg", 1: "pos"}
+    assert made[0].problem_type == "single_label_classification"
+    models = [run.accelerator.unwrap_model(run.model) for run in runs]
+    assert all(isinstance(model, BertForSequenceClassification) for model in models)
+    assert "eval_accuracy" in runs[0].metrics
+    assert torch.equal(models[0].classifier.weight, models[1].classifier.weight)  # seeded: the same run twice
 
 
 def test_publish_uploads_an_exported_folder_with_a_fake_api(tmp_path, pretrained):
@@ -350,12 +329,12 @@ def test_publish_uploads_an_exported_folder_with_a_fake_api(tmp_path, pretrained
         (folder / name).write_bytes((Path(pretrained) / name).read_bytes())
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# card")
     (folder / "checkpoints" / "step_1").mkdir(parents=True)
-    assert publish.main([str(folder), "--hub_model_id", "me/tiny", "--private"], api=FakeHfApi()) == "commit-url"
+    assert hub.main([str(folder), "--hub_model_id", "me/tiny", "--private"], api=FakeHfApi()) == "commit-url"
     assert calls[0] == ("create_repo", "me/tiny", True, True)
     assert calls[1][:3] == ("upload_folder", "me/tiny", str(folder)) and "checkpoints/*" in calls[1][3]
     (folder / "README.md").unlink()
     with pytest.raises(ValueError, match=r"README\.md"):
-        publish.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
+        hub.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ the built-in corpus (the real experiment takes hours)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -18,27 +19,18 @@ from benchmarks import length_generalization as lg
 from sinusoidal_encoder_training import data, finetuning
 
 
-def test_ablation_arm_has_no_order_information():
-    """Without the encoding the encoder is permutation-equivariant: shuffled tokens give shuffled outputs."""
-    model = se.SinusoidalEncoderModel(tiny_config()).eval()
-    lg.disable_position_encoding(model)
-    ids = random_ids(1, 12)
-    order = torch.randperm(12)
-    with torch.no_grad():
-        out = model(ids).last_hidden_state
-        shuffled = model(ids[:, order]).last_hidden_state
-        padded = model(ids, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([11]), 0))
-    torch.testing.assert_close(shuffled, out[:, order], atol=1e-5, rtol=1e-5)
-    assert torch.isfinite(padded.last_hidden_state).all()  # the packed path reads the (zero) encoding too
-
-
-def test_the_ablation_keeps_the_masked_lm_decoder_tied_and_the_mode():
-    model = se.SinusoidalEncoderForMaskedLM(tiny_config()).eval()
-    lg.disable_position_encoding(model)
-    embeddings = model.model.embeddings
-    assert isinstance(embeddings, lg.NoPositionEmbeddings) and not embeddings.training
-    assert model.lm_head.decoder.weight is embeddings.word_embeddings.weight
-    assert embeddings.encode_positions(torch.arange(5)[None], 5).abs().max() == 0
+def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
+    """Every arm pretrains with the same run settings; the ablation is the library's `position_mode="none"` and the
+    offset arm the library's training offset, each a config override of the same model."""
+    config = lg.LengthGeneralizationConfig(output_dir=str(tmp_path), random_position_offset=96)
+    settings = {arm: lg.arm_settings(config, arm, seed=3) for arm in ("post_ln", "pre_ln", "no_position", "offset")}
+    assert settings["post_ln"].config_overrides is None
+    assert settings["pre_ln"].config_overrides == "norm_first=true"
+    assert settings["no_position"].config_overrides == "position_mode=none"
+    assert settings["offset"].config_overrides == "position_mode=random_offset,max_position_offset=96"
+    common = [dataclasses.replace(s, config_overrides=None, output_dir="") for s in settings.values()]
+    assert all(run == common[0] for run in common) and common[0].seed == 3
+    assert lg.arm_model("no_position", settings["no_position"]) is None  # built by pretraining from the settings
 
 
 def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
@@ -82,17 +74,18 @@ def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("settings", "message"),
     [
-        (["--max_train_steps", "0"], "max_train_steps"),
-        (["--eval_lengths", "4"], "eval_lengths"),
-        (["--random_position_offset", "-1"], "random_position_offset"),
-        (["--finetune_arms", "gpt"], "finetune_arms"),
+        ({"max_train_steps": 0}, "--max_train_steps"),
+        ({"eval_lengths": [4]}, "--eval_lengths"),
+        ({"random_position_offset": -1}, "--random_position_offset"),
+        ({"finetune_arms": ["gpt"]}, "--finetune_arms"),
+        ({"arms": ["gpt"]}, "--arms"),
     ],
 )
-def test_bad_flags_name_the_flag(tmp_path, argv, message):
+def test_bad_settings_name_the_flag(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):
-        lg.parse_args(["--output_dir", str(tmp_path), *argv])
+        lg.LengthGeneralizationConfig(output_dir=str(tmp_path), **settings)
 
 
 @pytest.fixture
@@ -116,33 +109,19 @@ def small_builtin_corpus(monkeypatch):
 
 @pytest.mark.slow
 def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
-    argv = [
-        "--output_dir",
-        str(tmp_path / "experiment"),
-        "--config_name",
-        "tiny",
-        "--arms",
-        "post_ln",
-        "bert",
-        "no_position",
-        "offset",
-        "--seeds",
-        "0",
-        "--max_train_steps",
-        "2",
-        "--per_device_train_batch_size",
-        "4",
-        "--eval_lengths",
-        "128",
-        "256",
-        "--finetune_arms",
-        "bert",
-        "--finetune_steps",
-        "1",
-        "--random_position_offset",
-        "128",
-    ]
-    summary = lg.main(argv)
+    config = lg.LengthGeneralizationConfig(
+        output_dir=str(tmp_path / "experiment"),
+        config_name="tiny",
+        arms=["post_ln", "bert", "no_position", "offset"],
+        seeds=[0],
+        max_train_steps=2,
+        per_device_train_batch_size=4,
+        eval_lengths=[128, 256],
+        finetune_arms=["bert"],
+        finetune_steps=1,
+        random_position_offset=128,
+    )
+    summary = lg.run_experiment(config)
     out = tmp_path / "experiment"
     assert set(summary["arms"]) == {"post_ln", "bert", "no_position", "offset"}
     for arm in summary["arms"].values():
@@ -164,7 +143,7 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     picture = mpimg.imread(out / "length_generalization.png")
     assert picture.ndim == 3 and min(picture.shape[:2]) > 200 and picture.std() > 0.01  # a drawn figure
     published = AutoModelForMaskedLM.from_pretrained(out / "published")
-    assert published.config.random_position_offset == 128
+    assert (published.config.position_mode, published.config.max_position_offset) == ("random_offset", 128)
     assert published.config.long_input_attention_window == lg.best_window(summary) in lg.WINDOWS
     card = (out / "published" / "README.md").read_text()
     assert "## Past the training length" in card and "length_generalization.png" in card
@@ -175,6 +154,6 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
 
     # a second call finds every run finished and recomputes nothing but the report
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed0/model.safetensors")}
-    again = lg.main(argv)
+    again = lg.run_experiment(config)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert again["arms"]["post_ln"]["loss"] == summary["arms"]["post_ln"]["loss"]

@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training.cli import publish
+from sinusoidal_encoder_training import hub
 from sinusoidal_encoder_training.model_card import model_reference, pipeline_example, render_model_card
 
 WITHOUT_PACKAGE = 'import sys\nsys.modules["sinusoidal_encoder"] = None  # not installed here\n'
@@ -89,7 +89,7 @@ def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer):
             uploaded["card"] = (folder_path + "/README.md", open(folder_path + "/README.md").read())
             return "commit-url"
 
-    publish.main([str(folder), "--hub_model_id", "me/tiny-encoder"], api=FakeHfApi())
+    hub.main([str(folder), "--hub_model_id", "me/tiny-encoder"], api=FakeHfApi())
     card = uploaded["card"][1]
     assert str(folder) not in card
     for block in python_blocks(card):
@@ -109,3 +109,23 @@ def test_readme_python_snippets_run_as_written(tmp_path):
         assert proc.returncode == 0, block + proc.stderr[-3000:]
         assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr
     assert (tmp_path / "my-encoder" / "config.json").exists()
+
+
+def test_extra_sections_follow_the_evaluation(tmp_path, tokenizer):
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(vocab_size=len(tokenizer)))
+    card = render_model_card(
+        model,
+        str(tmp_path),
+        pipeline_tag="fill-mask",
+        training_data="The built-in corpus.",
+        training_procedure="A few steps.",
+        metrics={"loss": 1.0},
+        extra_sections={"Past the training length": "A table of losses.", "Another study": "Its figures."},
+    )
+    order = [card.index(s) for s in ("## Evaluation", "## Past the training length\n\nA table of losses.")]
+    order += [card.index(s) for s in ("## Another study\n\nIts figures.", "## Citation")]
+    assert order == sorted(order)
+    plain = render_model_card(
+        model, str(tmp_path), pipeline_tag="fill-mask", training_data="x", training_procedure="y", metrics={}
+    )
+    assert "Past the training length" not in plain

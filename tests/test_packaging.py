@@ -54,16 +54,22 @@ def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
 
 
 def test_wheel_carries_the_tokenizer_and_the_card_template(tmp_path):
-    names = set(zipfile.ZipFile(build_wheel(tmp_path)).namelist())
+    wheel = zipfile.ZipFile(build_wheel(tmp_path))
+    names = set(wheel.namelist())
     resources = "sinusoidal_encoder_training/resources/"
     assert {
         resources + "model_card.md",
         resources + "tokenizer_config/tokenizer.json",
         resources + "tokenizer_config/tokenizer_config.json",
         "sinusoidal_encoder/modeling_sinusoidal_encoder.py",
-        "sinusoidal_encoder_training/cli/pretrain.py",
         "sinusoidal_encoder_training/pretraining.py",
     } <= names
+    # every console script names a module of the wheel (the stage's, which holds its command line)
+    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    scripts = [line.split(" = ") for line in wheel.read(entry_points).decode().splitlines() if " = " in line]
+    assert len(scripts) == 6
+    for _, target in scripts:
+        assert target.split(":")[0].replace(".", "/") + ".py" in names, target
 
 
 @pytest.mark.slow
@@ -93,7 +99,7 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path):
     cmd = [
         str(python),
         "-m",
-        "sinusoidal_encoder_training.cli.pretrain",
+        "sinusoidal_encoder_training.pretraining",
         *("--train_file", str(train), "--validation_file", str(validation)),
         *("--config_name", "tiny", "--config_overrides", TINY, "--max_seq_length", "32"),
         *("--per_device_train_batch_size", "8", "--max_train_steps", "2", "--output_dir", str(out)),

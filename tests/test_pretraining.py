@@ -16,7 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY, env, metrics, pretrain_cmd, run, write_text_corpus
+from conftest import (
+    TINY,
+    VOCAB_SIZE,
+    env,
+    metrics,
+    pretrain_cmd,
+    random_ids,
+    run,
+    tiny_config,
+    tiny_pretraining,
+    write_text_corpus,
+)
 from safetensors.torch import load_file
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
@@ -37,6 +48,128 @@ def small_corpus(tmp_path_factory):
 
 def weights(output_dir):
     return load_file(str(Path(output_dir) / "model.safetensors"))
+
+
+def masked_batch(batch: int = 4, length: int = 16) -> dict[str, torch.Tensor]:
+    ids = random_ids(batch, length, seed=5)
+    masked = torch.rand(batch, length, generator=torch.Generator().manual_seed(6)) < 0.3
+    masked[:, 0] = False
+    return {
+        "input_ids": torch.where(masked, torch.full_like(ids, 4), ids),
+        "labels": torch.where(masked, ids, -100),
+        "example_id": torch.arange(batch),
+    }
+
+
+class Counting:
+    """Counts the forwards of a model and the calls of `torch.nn.functional.cross_entropy`."""
+
+    def __init__(self, model, monkeypatch):
+        self.forwards, self.cross_entropies = 0, 0
+        model.register_forward_hook(lambda *_: setattr(self, "forwards", self.forwards + 1))
+        cross_entropy = torch.nn.functional.cross_entropy
+
+        def counted(*args, **kwargs):
+            self.cross_entropies += 1
+            return cross_entropy(*args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, "cross_entropy", counted)
+
+
+def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
+    """The masked-LM task calls the model once per batch and takes the loss the model computed (its sum, with
+    `num_items_in_batch=1`): one cross-entropy per forward, in training and in evaluation (where the order gap
+    scores the permuted blocks in a second forward)."""
+    from accelerate import Accelerator
+
+    import sinusoidal_encoder as se
+    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True))
+    task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
+    batch = masked_batch()
+    counting = Counting(model, monkeypatch)
+    model.train()
+    loss_sum, count = task.loss_sums(model, batch)
+    assert (counting.forwards, counting.cross_entropies) == (1, 1)
+    labels = batch["labels"]
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], labels=labels).logits  # (N, V): the masked positions
+    expected = torch.nn.functional.cross_entropy(logits, labels[labels != -100], reduction="sum")
+    torch.testing.assert_close(loss_sum, expected, rtol=1e-5, atol=1e-5)
+    assert count == (labels != -100).sum()
+
+    counting.forwards, counting.cross_entropies = 0, 0
+    evaluation = task.evaluate(model, [batch], Accelerator(cpu=True))
+    assert (counting.forwards, counting.cross_entropies) == (2, 2)  # as written, and permuted
+    assert evaluation["eval_loss"] == pytest.approx(expected.item() / count.item(), rel=1e-5)
+    assert evaluation["eval_masked_tokens"] == count
+
+
+def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
+    """Two processes, 4 examples each in the last batch, 5 real ones in all (`remainder`): process 0 keeps its four,
+    process 1 its first; every other batch, and a loader accelerate did not prepare, keep all their labels."""
+    from types import SimpleNamespace
+
+    from sinusoidal_encoder_training.loop import unlabel_repeated_examples
+
+    labels = torch.arange(12).reshape(4, 3)
+    for process, kept in ((0, 4), (1, 1)):
+        last = SimpleNamespace(
+            gradient_state=SimpleNamespace(end_of_dataloader=True, remainder=5), process_index=process
+        )
+        got = unlabel_repeated_examples(labels, last)
+        assert torch.equal(got[:kept], labels[:kept]) and (got[kept:] == -100).all()
+    for state in (
+        SimpleNamespace(end_of_dataloader=False, remainder=5),
+        SimpleNamespace(end_of_dataloader=True, remainder=-1),
+    ):
+        assert unlabel_repeated_examples(labels, SimpleNamespace(gradient_state=state, process_index=1)) is labels
+
+
+@pytest.mark.slow
+def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, monkeypatch):
+    """Through the loop: each training micro-batch one forward, each evaluation batch two (as written and
+    permuted), and no cross-entropy but the model's own. A ready model passed to `pretrain` is the one trained."""
+    import sinusoidal_encoder as se
+    from sinusoidal_encoder_training import pretraining
+
+    config = tiny_pretraining(corpus, tmp_path / "out", max_train_steps=3, gradient_accumulation_steps=2)
+    model = se.SinusoidalEncoderForMaskedLM(
+        tiny_config(vocab_size=len(tokenizer), max_position_embeddings=32, sparse_prediction=True)
+    )
+    modes = []
+    model.register_forward_hook(lambda module, *_: modes.append(module.training))
+    counting = Counting(model, monkeypatch)
+    result = pretraining.pretrain(config, model)
+    assert result.accelerator.unwrap_model(result.model) is model
+    assert modes.count(True) == 3 * 2  # steps × micro-batches
+    assert modes.count(False) % 2 == 0 and modes.count(False) >= 2
+    assert counting.cross_entropies == counting.forwards == len(modes)
+    with pytest.raises(ValueError, match="vocabulary"):
+        pretraining.pretrain(config, se.SinusoidalEncoderForMaskedLM(tiny_config()))
+
+
+def test_a_model_whose_loss_ignores_num_items_in_batch_is_refused_before_training():
+    """transformers' BertForMaskedLM returns its mean loss whatever `num_items_in_batch` says: trained here it would
+    train and report at the wrong scale, so `pretrain` refuses it by name before loading data; ours passes, and the
+    check leaves the model's mode and the global RNG as they were."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    import sinusoidal_encoder as se
+    from sinusoidal_encoder_training.pretraining import check_model
+
+    bert = BertForMaskedLM(
+        BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
+    )
+    with pytest.raises(ValueError, match="BertForMaskedLM does not divide its summed loss by `num_items_in_batch`"):
+        check_model(bert, 99)
+    ours = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True, hidden_dropout_prob=0.1)).train()
+    state = torch.get_rng_state()
+    check_model(ours, 99)
+    assert ours.training and torch.equal(torch.get_rng_state(), state)
+    with pytest.raises(ValueError, match="vocabulary"):
+        check_model(ours, 100)
 
 
 @pytest.mark.slow
@@ -293,7 +426,7 @@ def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, mo
     """The upload is tested offline with a fake HfApi standing in for huggingface_hub's."""
     import huggingface_hub
 
-    from sinusoidal_encoder_training.cli import pretrain
+    from sinusoidal_encoder_training import pretraining
 
     calls = []
 
@@ -307,18 +440,15 @@ def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, mo
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
     out = tmp_path / "out"
-    argv = pretrain_cmd(
+    config = tiny_pretraining(
         corpus,
         out,
-        "--max_train_steps",
-        "2",
-        "--checkpointing_steps",
-        "1",
-        "--push_to_hub",
-        "--hub_model_id",
-        "someone/tiny-sinusoidal",
-    )[2:]
-    pretrain.main(argv)
+        max_train_steps=2,
+        checkpointing_steps=1,
+        push_to_hub=True,
+        hub_model_id="someone/tiny-sinusoidal",
+    )
+    pretraining.export(config, pretraining.pretrain(config))
     assert calls[0] == ("create_repo", "someone/tiny-sinusoidal", False)
     kind, repo, folder, ignored = calls[1]
     assert (kind, repo, folder) == ("upload_folder", "someone/tiny-sinusoidal", str(out))
@@ -328,21 +458,19 @@ def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, mo
 
 
 @pytest.mark.parametrize(
-    ("extra", "message"),
+    ("settings", "message"),
     [
-        (("--push_to_hub",), "--hub_model_id"),
-        (("--per_device_train_batch_size", "0"), "--per_device_train_batch_size"),
-        (("--config_overrides", "hidden_size=33"), "hidden_size"),
-        (("--config_overrides", "no_such_field=1"), "no_such_field"),
-        (("--mlm_probability", "0"), "--mlm_probability"),
-        (("--resume_from_checkpoint", "/does/not/exist"), "--resume_from_checkpoint"),
-        (("--max_seq_length", "4"), "--max_seq_length"),
+        ({"config_overrides": "hidden_size=33"}, "hidden_size"),
+        ({"config_overrides": "no_such_field=1"}, "no_such_field"),
+        ({"text_column_name": "body"}, "--text_column_name"),
     ],
 )
-def test_bad_flags_fail_before_training(tmp_path, corpus, extra, message):
-    from sinusoidal_encoder_training.cli import pretrain
+def test_bad_settings_found_in_the_data_or_the_model_fail_before_training(tmp_path, corpus, settings, message):
+    """What the configuration cannot check alone (a model config field, a column of the data) stops the stage
+    before its first step; the configuration's own checks are in test_run_config.py."""
+    from sinusoidal_encoder_training import pretraining
 
-    argv = pretrain_cmd(corpus, tmp_path / "out", "--max_train_steps", "1", *extra)[2:]
+    config = tiny_pretraining(corpus, tmp_path / "out", max_train_steps=1, **settings)
     with pytest.raises(ValueError, match=message):
-        pretrain.main(argv)
+        pretraining.pretrain(config)
     assert not (tmp_path / "out" / "model.safetensors").exists()

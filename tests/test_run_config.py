@@ -1,53 +1,64 @@
-"""The run configuration: frozen dataclasses built once from the flags, derived values computed there, checks that
-name the flag (on `dataclasses.replace` too), and values the run derives reported in its result, not in the config."""
+"""The run configuration: one frozen dataclass per job whose fields carry their defaults and help, the command line
+generated from it (transformers' HfArgumentParser), derived values as properties, checks that name the flag (on
+`dataclasses.replace` too), values the run derives reported in its result, and every flag the documentation uses
+present in its command's `--help`."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
+import re
+import subprocess
+import sys
 
 import pytest
-from conftest import TINY, metrics, pretrain_cmd, write_text_corpus
+from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corpus
 
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import pretraining
-from sinusoidal_encoder_training.arguments import TrainingConfig, add_training_arguments
-from sinusoidal_encoder_training.cli import finetune, pretrain
+from sinusoidal_encoder_training import fill_mask, finetuning, hub, onnx_export, pretraining, tokenizer_training
+from sinusoidal_encoder_training.arguments import ConfigParser, TrainingConfig
 from sinusoidal_encoder_training.data import DataConfig
+from sinusoidal_encoder_training.finetuning import FinetuningConfig
+from sinusoidal_encoder_training.pretraining import PretrainingConfig
 
 
-def pretraining_config(*flags: str) -> pretraining.PretrainingConfig:
-    return pretrain.parse_args(["--output_dir", "out", "--config_name", "tiny", "--max_seq_length", "32", *flags])
+def pretraining_config(**settings) -> PretrainingConfig:
+    return PretrainingConfig(**{"output_dir": "out", "config_name": "tiny", "max_seq_length": 32, **settings})
+
+
+def test_only_the_output_is_required_and_everything_else_has_its_default():
+    config = PretrainingConfig(output_dir="x", max_train_steps=100)
+    assert (config.learning_rate, config.per_device_train_batch_size, config.config_name) == (5e-4, 32, "small")
+    assert config.seq_length_schedule is None and config.length_schedule == () and not config.with_tracking
+    with pytest.raises(TypeError, match="output_dir"):
+        PretrainingConfig(max_train_steps=100)
+    tuned = FinetuningConfig(model_name_or_path="m", output_dir="out")
+    assert tuned.learning_rate == 1e-4 and tuned.num_train_epochs == 3  # fine-tuning's own defaults
+    with pytest.raises(TypeError, match="model_name_or_path"):
+        FinetuningConfig(output_dir="out")
 
 
 def test_the_config_is_frozen():
-    config = pretraining_config("--max_train_steps", "6")
+    config = pretraining_config(max_train_steps=6)
     assert isinstance(config, (TrainingConfig, DataConfig))
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.max_train_steps = 12
-    tuned = finetune.parse_args(["--model_name_or_path", "m", "--output_dir", "out"])
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        tuned.text_column_name = "body"
-    assert config.max_train_steps == 6 and tuned.text_column_name == "text"
+    assert config.max_train_steps == 6
 
 
-def test_derived_values_are_computed_when_the_config_is_built():
-    assert pretraining_config("--seq_length_schedule", "8:2,16:4").seq_length_schedule == ((8, 2), (16, 4))
-    assert pretraining_config().seq_length_schedule == ()
+def test_derived_values_are_computed_from_the_fields():
+    assert pretraining_config(seq_length_schedule="8:2,16:4").length_schedule == ((8, 2), (16, 4))
+    assert pretraining_config().length_schedule == ()
 
-    builtin = finetune.parse_args(["--model_name_or_path", "m", "--output_dir", "out"])
-    assert builtin.builtin and builtin.baselines
-    assert (builtin.text_column_name, builtin.label_column_name) == ("text", "label")
-    assert builtin.learning_rate == 1e-4 and builtin.num_train_epochs == 3  # fine-tuning's own defaults
+    builtin = FinetuningConfig(model_name_or_path="m", output_dir="out")
+    assert builtin.builtin and builtin.with_baselines and not builtin.baselines
+    custom = FinetuningConfig(model_name_or_path="m", output_dir="out", dataset_name="d", text_column_name="body")
+    assert not custom.builtin and not custom.with_baselines
+    assert dataclasses.replace(custom, baselines=True).with_baselines
+    assert not dataclasses.replace(builtin, dataset_name="d").builtin  # a variant derives its own values
 
-    own = ["--model_name_or_path", "m", "--output_dir", "out", "--dataset_name", "d", "--text_column_name", "body"]
-    custom = finetune.parse_args(own)
-    assert not custom.builtin and not custom.baselines
-    assert (custom.text_column_name, custom.label_column_name) == ("body", None)
-
-    experiment = lg.parse_args(["--output_dir", "out", "--max_train_steps", "60", "--seeds", "3"])
-    assert experiment.eval_steps == 10 and experiment.seeds == (3,)
-    assert lg.parse_args(["--output_dir", "out", "--eval_steps", "7"]).eval_steps == 7
+    experiment = lg.LengthGeneralizationConfig(output_dir="out", max_train_steps=60, seeds=[3])
+    assert experiment.eval_interval == 10 and experiment.seeds == [3]
+    assert lg.LengthGeneralizationConfig(output_dir="out", eval_steps=7).eval_interval == 7
 
 
 @pytest.mark.parametrize(
@@ -57,7 +68,12 @@ def test_derived_values_are_computed_when_the_config_is_built():
         ({"learning_rate": -1.0}, "--learning_rate must be positive"),
         ({"push_to_hub": True}, "--push_to_hub needs --hub_model_id"),
         ({"model_name_or_path": "m", "config_overrides": TINY}, "--config_overrides applies to new models"),
-        ({"streaming": True}, "--streaming needs --max_train_steps"),
+        ({"streaming": True, "dataset_name": "d"}, "--streaming needs --max_train_steps"),
+        ({"seq_length_schedule": "48:10"}, "--seq_length_schedule"),
+        ({"mlm_probability": 0.0}, "--mlm_probability"),
+        ({"max_seq_length": 4}, "--max_seq_length"),
+        ({"train_file": "missing.txt"}, "--train_file 'missing.txt' does not exist"),
+        ({"resume_from_checkpoint": "/does/not/exist"}, "--resume_from_checkpoint"),
     ],
 )
 def test_a_variant_is_checked_like_the_flags(change, message):
@@ -66,20 +82,161 @@ def test_a_variant_is_checked_like_the_flags(change, message):
         dataclasses.replace(config, **change)
 
 
-def test_every_flag_becomes_a_field():
-    parser = argparse.ArgumentParser()
-    add_training_arguments(parser)
-    parser.add_argument("--not_a_field", default=1)
-    with pytest.raises(TypeError, match=r"TrainingConfig has no field for the flag\(s\) \['not_a_field'\]"):
-        TrainingConfig.from_args(parser.parse_args(["--output_dir", "out"]))
+def test_the_built_in_task_takes_no_column_flags():
+    with pytest.raises(ValueError, match="--text_column_name"):
+        FinetuningConfig(model_name_or_path="m", output_dir="out", text_column_name="body")
+
+
+def test_the_command_line_is_generated_from_the_fields():
+    argv = ["--output_dir", "o", "--max_seq_length", "32", "--seq_length_schedule", "8:2", "--with_tracking"]
+    argv += ["--mixed_precision", "bf16", "--num_warmup_steps", "3", "--lr_scheduler_type", "cosine"]
+    parsed = pretraining.parse_args(argv)
+    assert parsed == PretrainingConfig(
+        output_dir="o",
+        max_seq_length=32,
+        seq_length_schedule="8:2",
+        with_tracking=True,  # a bare switch, as it always was
+        mixed_precision="bf16",
+        num_warmup_steps=3,
+        lr_scheduler_type="cosine",
+    )
+    assert pretraining.parse_args(["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
+    tuned = finetuning.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--baselines"])
+    assert tuned == FinetuningConfig(model_name_or_path="m", output_dir="o", baselines=True)
+    assert onnx_export.parse_args(["folder", "--output", "m.onnx", "--no_check"]) == onnx_export.OnnxExportConfig(
+        model="folder", output="m.onnx", no_check=True
+    )
+    assert lg.parse_args(["--output_dir", "o", "--seeds", "3", "4", "--finetune_arms"]) == (
+        lg.LengthGeneralizationConfig(output_dir="o", seeds=[3, 4], finetune_arms=[])
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],  # --output_dir is required
+        ["--output_dir", "o", "--mixed_precision", "fp8"],  # not a choice
+        ["--output_dir", "o", "--with_tracking", "yes"],  # a switch takes no value
+        ["--output_dir", "o", "--max_train_steps", "many"],
+    ],
+)
+def test_the_command_line_refuses_what_argparse_can_tell(argv, capsys):
+    with pytest.raises(SystemExit):
+        pretraining.parse_args(argv)
+    assert "usage:" in capsys.readouterr().err
+
+
+CONFIGS = [
+    PretrainingConfig,
+    FinetuningConfig,
+    tokenizer_training.TokenizerTrainingConfig,
+    onnx_export.OnnxExportConfig,
+    lg.LengthGeneralizationConfig,
+]
+
+
+@pytest.mark.parametrize("config_class", CONFIGS, ids=lambda c: c.__name__)
+def test_every_setting_has_help_and_one_flag(config_class):
+    fields = dataclasses.fields(config_class)
+    assert all(field.metadata.get("help") for field in fields), [f.name for f in fields if "help" not in f.metadata]
+    parser = ConfigParser(config_class)
+    destinations = [action.dest for action in parser._actions if action.dest != "help"]
+    assert sorted(destinations) == sorted(field.name for field in fields)  # one flag per field, no alias
+    assert not [s for a in parser._actions for s in a.option_strings if "-" in s.lstrip("-")]
+
+
+# every command a user runs: how the documentation calls it, and its `main`
+COMMANDS = {
+    "pretrain": pretraining.main,
+    "finetune": finetuning.main,
+    "train_tokenizer": tokenizer_training.main,
+    "fill_mask": fill_mask.main,
+    "export_onnx": onnx_export.main,
+    "publish": hub.main,
+}
+MODULES = {
+    "pretrain": "pretraining",
+    "finetune": "finetuning",
+    "train_tokenizer": "tokenizer_training",
+    "fill_mask": "fill_mask",
+    "export_onnx": "onnx_export",
+    "publish": "hub",
+}
+DOCUMENTS = sorted({*REPO.glob("*.md"), *REPO.glob("scripts/*.sh"), *REPO.glob("benchmarks/**/*.md")})
+
+
+def command_names(command: str) -> list[str]:
+    return [
+        f"training/{command}.py",
+        f"sinusoidal-encoder-{command.replace('_', '-')}",
+        f"-m sinusoidal_encoder_training.{MODULES[command]}",
+    ]
+
+
+def documented_flags(text: str, command: str) -> set[str]:
+    """The flags written after a call of `command`, up to the end of its line (lines ending in a backslash
+    continue it), a comment, a pipe, or the end of inline code."""
+    flags = set()
+    for name in command_names(command):
+        for match in re.finditer(re.escape(name) + r"\b", text):
+            call = re.split(r"(?<!\\)\n|`|#|\||;|&&", text[match.end() :], maxsplit=1)[0]
+            flags |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9_]*", call))
+    return flags
+
+
+def help_text(command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        COMMANDS[command](["--help"])
+    assert stopped.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_documented_flag_is_in_the_help(command, capsys):
+    text = "\n".join(path.read_text() for path in DOCUMENTS)
+    documented = documented_flags(text, command)
+    helped = set(re.findall(r"--[a-z][a-z0-9_]*", help_text(command, capsys)))
+    assert not documented - helped, f"documented for {command} but not in its --help: {documented - helped}"
+    if command in ("pretrain", "finetune", "train_tokenizer"):  # the search finds their calls
+        assert len(documented) > 3, documented
+
+
+def test_the_documented_flags_are_found():
+    call = "python training/pretrain.py --config_name small \\\n    --max_seq_length 128  # --not_this\n--nor_this"
+    assert documented_flags(call, "pretrain") == {"--config_name", "--max_seq_length"}
+    assert documented_flags("`python training/pretrain.py --help` lists --them", "pretrain") == {"--help"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "argv", "message"),
+    [
+        ("pretrain", ["--output_dir", "x", "--learning_rate", "-1"], "--learning_rate must be positive, got -1.0"),
+        (
+            "finetune",
+            ["--model_name_or_path", "m", "--output_dir", "x", "--train_file", "missing.txt"],
+            "--train_file",
+        ),
+    ],
+)
+def test_a_bad_flag_stops_the_command_with_a_message_naming_it(tmp_path, script, argv, message):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "training" / f"{script}.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(),
+    )
+    assert proc.returncode != 0 and message in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
+    assert "Running training" not in proc.stdout and not (tmp_path / "x").exists()
 
 
 def test_epochs_give_max_train_steps_in_the_result_and_leave_the_config_alone(tmp_path):
     train, validation = write_text_corpus(tmp_path / "corpus", n_train=3, n_validation=1)
     train.write_text("\n".join(line[:1000] for line in train.read_text().splitlines()) + "\n")  # 2 steps an epoch
     validation.write_text(validation.read_text()[:1000] + "\n")
-    argv = pretrain_cmd((train, validation), tmp_path / "out", "--num_train_epochs", "2")[2:]
-    config = pretrain.parse_args(argv)
+    config = tiny_pretraining((train, validation), tmp_path / "out", num_train_epochs=2)
     before = dataclasses.asdict(config)
     result = pretraining.pretrain(config)
     assert config.max_train_steps is None and dataclasses.asdict(config) == before

@@ -60,7 +60,7 @@ def test_split_sentences_keeps_prose_of_the_requested_length():
 )
 def test_bad_arguments_name_the_flag(flag, value, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        distillation.parse_args(["student", "--output_dir", "out", f"--{flag}", str(value)])
+        distillation.DistillationConfig(model_name_or_path="student", output_dir="out", **{flag: value})
 
 
 def test_default_teacher_offline_is_the_verified_packaged_copy(monkeypatch, tmp_path):
@@ -106,11 +106,11 @@ def distilled(tmp_path_factory, tokenizer):
     root = tmp_path_factory.mktemp("distillation")
     student = exported_folder(root / "student", tokenizer, hidden_size=64)
     out = root / "distilled"
-    common = [student, "--output_dir", str(out), "--max_sentences", "1500", "--eval_sentences", "64"]
-    common += ["--per_device_train_batch_size", "32", "--learning_rate", "2e-3", "--checkpointing_steps", "50"]
-    first = distillation.main([*common, "--max_train_steps", "150"])
+    common = dict(model_name_or_path=str(student), output_dir=str(out), max_sentences=1500, eval_sentences=64)
+    common.update(per_device_train_batch_size=32, learning_rate=2e-3, checkpointing_steps=50)
+    first = distillation.distil(distillation.DistillationConfig(**common, max_train_steps=150))
     caches = sorted(glob.glob(str(out / "teacher-embeddings-*")))
-    second = distillation.main([*common, "--max_train_steps", "200"])
+    second = distillation.distil(distillation.DistillationConfig(**common, max_train_steps=200))
     return {"student": student, "out": out, "first": first, "second": second, "caches": caches}
 
 

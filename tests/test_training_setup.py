@@ -4,6 +4,8 @@ scripts that run as `python training/NAME.py`."""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 
 import pytest
 import torch
@@ -13,7 +15,6 @@ from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import pretraining
-from sinusoidal_encoder_training.cli import pretrain
 from sinusoidal_encoder_training.export import published_config
 from sinusoidal_encoder_training.optimization import parameter_groups
 from sinusoidal_encoder_training.pretraining import MODEL_SIZES, apply_overrides
@@ -34,13 +35,22 @@ def test_config_overrides_parse_by_field_type():
     )
     assert (config.hidden_size, config.num_attention_heads, config.norm_first) == (64, 8, True)
     assert config.hidden_dropout_prob == 0.2 and config.hidden_act == "gelu"
-    apply_overrides(config, "random_position_offset=896,long_input_attention_window=64")  # the length remedies
-    assert (config.random_position_offset, config.long_input_attention_window) == (896, 64)
+    remedies = "position_mode=random_offset,max_position_offset=896,long_input_attention_window=64"
+    apply_overrides(config, remedies)  # the length remedies
+    assert (config.position_mode, config.max_position_offset, config.long_input_attention_window) == (
+        "random_offset",
+        896,
+        64,
+    )
     apply_overrides(config, "long_input_attention_window=null")
     assert config.long_input_attention_window is None
-    apply_overrides(config, "random_position_offset=0,position_sampling=ordered_subset,position_sampling_range=4096")
-    assert (config.position_sampling, config.position_sampling_range) == ("ordered_subset", 4096)
+    apply_overrides(config, "max_position_offset=0,position_mode=ordered_subset,position_range=4096")
+    assert (config.position_mode, config.position_range) == ("ordered_subset", 4096)
+    apply_overrides(config, "position_range=2048,position_mode=none")  # the mode "none", not an unset field
+    assert config.position_mode == "none"
     for bad, message in [
+        ("position_mode=null", "position_mode"),
+        ("id2label=x", "id2label"),
         ("hidden_size", "field=value"),
         ("nope=1", "nope"),
         ("norm_first=maybe", "norm_first"),
@@ -103,17 +113,34 @@ def test_scripts_run_as_files_import_the_installed_package(script):
     assert not relative, f"{script.name} has relative imports: {relative}"
 
 
+def test_each_command_is_one_main_for_its_console_script_and_its_checkout_script():
+    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same `main`, in the
+    module of the stage: one layer between a command and the library."""
+    section = (REPO / "pyproject.toml").read_text().split("[project.scripts]\n")[1].split("\n\n")[0]
+    scripts = dict(re.findall(r'^(\S+) = "(\S+)"$', section, flags=re.MULTILINE))
+    assert len(scripts) == len(SCRIPTS) == 6
+    for name, target in scripts.items():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+        shim = REPO / "training" / f"{name.removeprefix('sinusoidal-encoder-').replace('-', '_')}.py"
+        tree = ast.parse(shim.read_text())
+        imported = [
+            (node.module, a.name) for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names
+        ]
+        assert imported == [(module, function)], shim
+
+
 @pytest.mark.parametrize("source", ["config_name", "model_name_or_path"])
 def test_pretraining_builds_the_model_it_trains_and_exports_the_published_default(tmp_path, tokenizer, source):
     """`sparse_prediction` is set when the model is built (or loaded) for training, never toggled on the live model;
     the exported config gets the published default (full logits) from `published_config`, a copy."""
     folder = tmp_path / "model"
     se.SinusoidalEncoderForMaskedLM(tiny_config(vocab_size=len(tokenizer))).save_pretrained(folder)
-    flags = ["--output_dir", str(tmp_path / "out"), "--config_name", "tiny", "--max_seq_length", "32"]
-    if source == "model_name_or_path":
-        flags += ["--model_name_or_path", str(folder)]
-    args = pretrain.parse_args(flags)
-    model = pretraining.build_model(args, tokenizer)
+    source = {"model_name_or_path": str(folder)} if source == "model_name_or_path" else {}
+    config = pretraining.PretrainingConfig(
+        output_dir=str(tmp_path / "out"), config_name="tiny", max_seq_length=32, **source
+    )
+    model = pretraining.build_model(config, tokenizer)
     assert model.config.sparse_prediction is True
     published = published_config(model.config)
     assert published.sparse_prediction is False and model.config.sparse_prediction is True

@@ -1,7 +1,7 @@
-"""`python training/finetune.py --help`, in a checkout: the command line
-`sinusoidal_encoder_training.cli.finetune` (installed: `sinusoidal-encoder-finetune`)."""
+"""`python training/finetune.py --help`, in a checkout: the command line of
+`sinusoidal_encoder_training.finetuning` (installed: `sinusoidal-encoder-finetune`)."""
 
-from sinusoidal_encoder_training.cli.finetune import main
+from sinusoidal_encoder_training.finetuning import main
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
-"""`python training/train_tokenizer.py --help`, in a checkout: the command line
-`sinusoidal_encoder_training.cli.train_tokenizer` (installed: `sinusoidal-encoder-train-tokenizer`)."""
+"""`python training/train_tokenizer.py --help`, in a checkout: the command line of
+`sinusoidal_encoder_training.tokenizer_training` (installed: `sinusoidal-encoder-train-tokenizer`)."""
 
-from sinusoidal_encoder_training.cli.train_tokenizer import main
+from sinusoidal_encoder_training.tokenizer_training import main
 
 if __name__ == "__main__":
     main()

@@ -1,185 +1,257 @@
-"""The command-line flags shared by pretraining and fine-tuning (optimisation, compilation, output, evaluation,
-checkpoints, tracking, Hub), their checks, and the frozen run configuration they become."""
+"""Run configurations and the command lines made from them: each setting is a field of a frozen dataclass, with its
+default and help text (`field(default=..., metadata={"help": ...})`), checked in `__post_init__`; transformers'
+`HfArgumentParser` turns the fields into flags (`parse_config`). Here: the settings shared by pretraining and
+fine-tuning (optimisation, compilation, output, evaluation, checkpoints, tracking, Hub)."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
-from typing import Any, TypeVar
+import typing
+from typing import Any, Literal, TypeVar
+
+from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
 ConfigT = TypeVar("ConfigT", bound="FlagConfig")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FlagConfig:
-    """A run configuration built once from parsed command-line flags: one field per flag, of the same name, plus the
-    values derived from the flags (computed by `from_args`, never written back later). Frozen: a variant is made with
-    `dataclasses.replace`, which checks it again. Defaults and help live with the flags, in the parsers."""
+    """A run configuration: one field per setting (the command line has a flag of the same name), each with its
+    default and help. Frozen: a variant is made with `dataclasses.replace`, which checks it again. Values derived
+    from the settings are properties. A class's `_argument_group_name` titles the `--help` section of the fields it
+    declares."""
 
     def __post_init__(self) -> None:
         """Subclasses check their fields here, raising `ValueError`s that name the flag."""
 
-    @classmethod
-    def from_args(cls: type[ConfigT], namespace: argparse.Namespace, **derived: Any) -> ConfigT:
-        """The config of parsed flags: every field from the flag of its name, except the `derived` ones, which
-        subclasses compute from the flags. A flag without a field is an error, not silently dropped."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(vars(namespace)) - names)
-        if unknown:
-            raise TypeError(f"{cls.__name__} has no field for the flag(s) {unknown}.")
-        flags = {name: getattr(namespace, name) for name in names - set(derived)}
-        return cls(**flags, **derived)
+
+def check_positive(config: FlagConfig, *names: str) -> None:
+    """A `ValueError` naming the first flag of `names` that is set to zero or less (None: unset, allowed)."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"--{name} must be a positive integer, got {value}.")
 
 
-def add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("optimisation")
-    group.add_argument("--per_device_train_batch_size", type=int, default=32, help="Sequences per process and step.")
-    group.add_argument("--per_device_eval_batch_size", type=int, default=64, help="Sequences per process in eval.")
-    group.add_argument("--learning_rate", type=float, default=5e-4, help="Peak learning rate of AdamW.")
-    group.add_argument(
-        "--weight_decay",
-        type=float,
-        default=0.01,
-        help="AdamW weight decay, applied to matrices only (not to biases, LayerNorm weights or other 1-D tensors).",
-    )
-    group.add_argument("--adam_beta1", type=float, default=0.9, help="AdamW beta1.")
-    group.add_argument("--adam_beta2", type=float, default=0.98, help="AdamW beta2 (0.98 as in the paper).")
-    group.add_argument("--adam_epsilon", type=float, default=1e-6, help="AdamW epsilon.")
-    group.add_argument(
-        "--lr_scheduler_type",
-        default="linear",
-        choices=[
-            "linear",
-            "cosine",
-            "cosine_with_restarts",
-            "polynomial",
-            "constant",
-            "constant_with_warmup",
-            "inverse_sqrt",
-            "warmup_stable_decay",
-        ],
-        help="Schedule after warmup (transformers.get_scheduler).",
-    )
-    group.add_argument("--num_warmup_steps", type=int, default=None, help="Warmup steps (default: 6%% of training).")
-    group.add_argument("--max_train_steps", type=int, default=None, help="Optimizer steps; overrides epochs.")
-    group.add_argument("--num_train_epochs", type=int, default=1, help="Passes over the training data.")
-    group.add_argument("--gradient_accumulation_steps", type=int, default=1, help="Micro-batches per optimizer step.")
-    group.add_argument("--max_grad_norm", type=float, default=1.0, help="Gradient clipping norm (0 disables).")
-    group.add_argument("--seed", type=int, default=42, help="Seed of initialisation, data order, masks, dropout.")
-    group.add_argument("--dataloader_num_workers", type=int, default=0, help="DataLoader worker processes.")
-    group.add_argument(
-        "--mixed_precision",
-        choices=["no", "bf16", "fp16"],
-        default=None,
-        help="Autocast precision (float32 master weights). Default: what `accelerate launch` or its config says, "
-        "else 'no'. bf16 also runs on CPUs with bf16 instructions (AVX512-BF16, AMX), where it is faster.",
-    )
-    group.add_argument(
-        "--torch_compile",
-        action="store_true",
-        help="Train and evaluate the model under torch.compile (through accelerate, dynamic shapes). Checkpoints and "
-        "the exported folder hold the plain model's weights: a compiled run resumes an eager one and vice versa.",
-    )
-    group.add_argument(
-        "--torch_compile_backend",
-        default="inductor",
-        help="The torch.compile backend of --torch_compile ('inductor', 'aot_eager', ...).",
-    )
-    group.add_argument(
-        "--torch_compile_mode",
-        default=None,
-        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
-        help="The torch.compile mode of --torch_compile (default: torch's).",
-    )
+def redefault(config_class: type, name: str, default: Any) -> Any:
+    """The field `name` of `config_class` with another default and the same help: how a job changes a shared
+    default (`learning_rate: float = redefault(TrainingConfig, "learning_rate", 1e-4)`)."""
+    return dataclasses.field(default=default, metadata=config_class.__dataclass_fields__[name].metadata)
 
-    group = parser.add_argument_group("output, evaluation, checkpoints")
-    group.add_argument("--output_dir", required=True, help="Where the final Hub-ready model folder is written.")
-    group.add_argument(
-        "--eval_steps", type=int, default=None, help="Evaluate every N optimizer steps (and at the end)."
-    )
-    group.add_argument("--logging_steps", type=int, default=10, help="Log training metrics every N optimizer steps.")
-    group.add_argument(
-        "--checkpointing_steps", type=int, default=None, help="Save the full training state every N optimizer steps."
-    )
-    group.add_argument("--checkpoints_total_limit", type=int, default=None, help="Keep only the newest K checkpoints.")
-    group.add_argument(
-        "--resume_from_checkpoint",
-        default=None,
-        help="'latest' (the newest complete checkpoint in output_dir/checkpoints, or a fresh start if there is none) "
-        "or the path of a checkpoint folder.",
-    )
-    group.add_argument("--with_tracking", action="store_true", help="Log metrics to the trackers of --report_to.")
-    group.add_argument(
-        "--report_to", default="all", help="Trackers for --with_tracking: 'tensorboard', 'wandb', ..., or 'all'."
-    )
-    group.add_argument("--push_to_hub", action="store_true", help="Upload the final folder (not checkpoints/).")
-    group.add_argument("--hub_model_id", default=None, help="The Hub repository, e.g. 'user/my-encoder'.")
-    group.add_argument("--hub_private_repo", action="store_true", help="Create the Hub repository as private.")
+
+class _Flag:
+    """What `HfArgumentParser` adds one field's flag to: the help section of the class that declares the field, with
+    the flag as it has always been spelled: `--name` only (no `--na-me` alias), a boolean as a bare switch
+    (`--with_tracking`), the help text taken literally (a `%` needs no escaping). Two more keys of the field's
+    metadata: `"positional": True` makes it a positional argument, `"nargs"` replaces HfArgumentParser's "+" of a
+    list (`"*"`: an empty list allowed)."""
+
+    def __init__(self, group: argparse._ActionsContainer, metadata: Any):
+        self.group = group
+        self.metadata = metadata
+
+    def add_argument(self, *names: str, positional: bool = False, **kwargs: Any) -> argparse.Action:
+        names = tuple(name for name in names if "-" not in name.lstrip("-"))
+        if kwargs.get("type") is string_to_bool and kwargs.get("default") is False:
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("type", "nargs", "const")}
+            kwargs["action"] = "store_true"
+        if "nargs" in self.metadata:
+            kwargs["nargs"] = self.metadata["nargs"]
+        if "help" in kwargs:
+            kwargs["help"] = kwargs["help"].replace("%", "%%")
+        if positional:
+            kwargs.pop("required", None)
+            names = (names[0].lstrip("-"),)
+        return self.group.add_argument(*names, **kwargs)
+
+
+class ConfigParser(HfArgumentParser):
+    """`HfArgumentParser` for one run configuration: flags from the fields (types, defaults, `Literal` choices,
+    required fields without a default), grouped in `--help` by the class that declares each field (its
+    `_argument_group_name`), the description above them kept as written."""
+
+    def __init__(self, config_class: type[FlagConfig], description: str | None = None):
+        super().__init__(config_class, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def _add_dataclass_arguments(self, dtype: type) -> None:
+        hints = typing.get_type_hints(dtype)
+        fields = [field for field in dataclasses.fields(dtype) if field.init]
+        owners = {  # the class that first declares each field (a redeclared default keeps its section)
+            field.name: next(k for k in reversed(dtype.__mro__) if field.name in vars(k).get("__annotations__", {}))
+            for field in fields
+        }
+        groups = {}  # sections in the order of the class's bases: its own first
+        for owner in (k for k in dtype.__mro__ if k in owners.values()):
+            title = vars(owner).get("_argument_group_name")
+            groups[owner] = self.add_argument_group(title) if title else self
+        for field in fields:
+            field = copy.copy(field)  # HfArgumentParser rewrites `type`: leave the class's own field alone
+            field.type = hints[field.name]
+            self._parse_dataclass_field(_Flag(groups[owners[field.name]], field.metadata), field)
+
+
+def parse_config(
+    config_class: type[ConfigT], argv: list[str] | None = None, description: str | None = None
+) -> ConfigT:
+    """The configuration of a command line (`sys.argv[1:]` by default), checked: a bad value raises the
+    `ValueError` of the configuration's `__post_init__`, which names the flag; what argparse itself refuses (an
+    unknown flag, a value of the wrong type or outside the choices) stops with the usage, as argparse does."""
+    parser = ConfigParser(config_class, description)
+    config, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True, look_for_args_file=False)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return config
+
+
+LR_SCHEDULERS = Literal[
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "warmup_stable_decay",
+]
+COMPILE_MODES = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainingConfig(FlagConfig):
-    """The flags of `add_training_arguments`, shared by pretraining and fine-tuning, checked when built. Values the
-    run derives from them (the steps of `--num_train_epochs`, the default warmup) are reported by `train()`."""
+class OutputConfig(FlagConfig):
+    """Where a run writes and what it keeps: the output folder, evaluation, logging, checkpoints, tracking, the
+    Hub (the base of `TrainingConfig`)."""
 
-    per_device_train_batch_size: int
-    per_device_eval_batch_size: int
-    learning_rate: float
-    weight_decay: float
-    adam_beta1: float
-    adam_beta2: float
-    adam_epsilon: float
-    lr_scheduler_type: str
-    num_warmup_steps: int | None
-    max_train_steps: int | None
-    num_train_epochs: int
-    gradient_accumulation_steps: int
-    max_grad_norm: float
-    seed: int
-    dataloader_num_workers: int
-    mixed_precision: str | None
-    torch_compile: bool
-    torch_compile_backend: str
-    torch_compile_mode: str | None
-    output_dir: str
-    eval_steps: int | None
-    logging_steps: int
-    checkpointing_steps: int | None
-    checkpoints_total_limit: int | None
-    resume_from_checkpoint: str | None
-    with_tracking: bool
-    report_to: str
-    push_to_hub: bool
-    hub_model_id: str | None
-    hub_private_repo: bool
+    _argument_group_name = "output, evaluation, checkpoints"
+
+    output_dir: str = dataclasses.field(metadata={"help": "Where the final Hub-ready model folder is written."})
+    eval_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Evaluate every N optimizer steps (and at the end)."}
+    )
+    logging_steps: int = dataclasses.field(
+        default=10, metadata={"help": "Log training metrics every N optimizer steps."}
+    )
+    checkpointing_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Save the full training state every N optimizer steps."}
+    )
+    checkpoints_total_limit: int | None = dataclasses.field(
+        default=None, metadata={"help": "Keep only the newest K checkpoints."}
+    )
+    resume_from_checkpoint: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "'latest' (the newest complete checkpoint in output_dir/checkpoints, or a fresh start if there "
+            "is none) or the path of a checkpoint folder."
+        },
+    )
+    with_tracking: bool = dataclasses.field(
+        default=False, metadata={"help": "Log metrics to the trackers of --report_to."}
+    )
+    report_to: str = dataclasses.field(
+        default="all", metadata={"help": "Trackers for --with_tracking: 'tensorboard', 'wandb', ..., or 'all'."}
+    )
+    push_to_hub: bool = dataclasses.field(
+        default=False, metadata={"help": "Upload the final folder (not checkpoints/)."}
+    )
+    hub_model_id: str | None = dataclasses.field(
+        default=None, metadata={"help": "The Hub repository, e.g. 'user/my-encoder'."}
+    )
+    hub_private_repo: bool = dataclasses.field(
+        default=False, metadata={"help": "Create the Hub repository as private."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_training_arguments(self)
+        check_positive(self, "logging_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit")
+        if self.push_to_hub and not self.hub_model_id:
+            raise ValueError("--push_to_hub needs --hub_model_id.")
+        if self.resume_from_checkpoint not in (None, "latest") and not os.path.isdir(self.resume_from_checkpoint):
+            raise ValueError(f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is not a checkpoint folder.")
 
 
-def check_training_arguments(config: TrainingConfig) -> None:
-    """Errors that name the flag, before anything is loaded."""
-    positive = [
-        "per_device_train_batch_size",
-        "per_device_eval_batch_size",
-        "gradient_accumulation_steps",
-        "num_train_epochs",
-        "logging_steps",
-    ]
-    optional_positive = ["max_train_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit"]
-    for name in positive + optional_positive:
-        value = getattr(config, name)
-        if (value is not None or name in positive) and (value is None or value <= 0):
-            raise ValueError(f"--{name} must be a positive integer, got {value}.")
-    if config.learning_rate <= 0:
-        raise ValueError(f"--learning_rate must be positive, got {config.learning_rate}.")
-    if config.weight_decay < 0 or config.max_grad_norm < 0:
-        raise ValueError("--weight_decay and --max_grad_norm must not be negative.")
-    if config.num_warmup_steps is not None and config.num_warmup_steps < 0:
-        raise ValueError(f"--num_warmup_steps must not be negative, got {config.num_warmup_steps}.")
-    if config.push_to_hub and not config.hub_model_id:
-        raise ValueError("--push_to_hub needs --hub_model_id.")
-    if config.resume_from_checkpoint not in (None, "latest") and not os.path.isdir(config.resume_from_checkpoint):
-        raise ValueError(f"--resume_from_checkpoint {config.resume_from_checkpoint!r} is not a checkpoint folder.")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingConfig(OutputConfig):
+    """The settings shared by pretraining and fine-tuning: optimisation (here) and output (`OutputConfig`). Values
+    the run derives from them (the steps of `--num_train_epochs`, the default warmup) are reported by `train()`."""
+
+    _argument_group_name = "optimisation"
+
+    per_device_train_batch_size: int = dataclasses.field(
+        default=32, metadata={"help": "Sequences per process and step."}
+    )
+    per_device_eval_batch_size: int = dataclasses.field(
+        default=64, metadata={"help": "Sequences per process in eval."}
+    )
+    learning_rate: float = dataclasses.field(default=5e-4, metadata={"help": "Peak learning rate of AdamW."})
+    weight_decay: float = dataclasses.field(
+        default=0.01,
+        metadata={
+            "help": "AdamW weight decay, applied to matrices only (not to biases, LayerNorm weights or other 1-D "
+            "tensors)."
+        },
+    )
+    adam_beta1: float = dataclasses.field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = dataclasses.field(default=0.98, metadata={"help": "AdamW beta2 (0.98 as in the paper)."})
+    adam_epsilon: float = dataclasses.field(default=1e-6, metadata={"help": "AdamW epsilon."})
+    lr_scheduler_type: LR_SCHEDULERS = dataclasses.field(
+        default="linear", metadata={"help": "Schedule after warmup (transformers.get_scheduler)."}
+    )
+    num_warmup_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Warmup steps (default: 6% of training)."}
+    )
+    max_train_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Optimizer steps; overrides epochs."}
+    )
+    num_train_epochs: int = dataclasses.field(default=1, metadata={"help": "Passes over the training data."})
+    gradient_accumulation_steps: int = dataclasses.field(
+        default=1, metadata={"help": "Micro-batches per optimizer step."}
+    )
+    max_grad_norm: float = dataclasses.field(default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."})
+    seed: int = dataclasses.field(default=42, metadata={"help": "Seed of initialisation, data order, masks, dropout."})
+    dataloader_num_workers: int = dataclasses.field(default=0, metadata={"help": "DataLoader worker processes."})
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Autocast precision (float32 master weights). Default: what `accelerate launch` or its config "
+            "says, else 'no'. bf16 also runs on CPUs with bf16 instructions (AVX512-BF16, AMX), where it is faster."
+        },
+    )
+    torch_compile: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Train and evaluate the model under torch.compile (through accelerate, dynamic shapes). "
+            "Checkpoints and the exported folder hold the plain model's weights: a compiled run resumes an eager "
+            "one and vice versa."
+        },
+    )
+    torch_compile_backend: str = dataclasses.field(
+        default="inductor",
+        metadata={"help": "The torch.compile backend of --torch_compile ('inductor', 'aot_eager', ...)."},
+    )
+    torch_compile_mode: COMPILE_MODES | None = dataclasses.field(
+        default=None, metadata={"help": "The torch.compile mode of --torch_compile (default: torch's)."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(
+            self,
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "num_train_epochs",
+            "max_train_steps",
+        )
+        if self.learning_rate <= 0:
+            raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ValueError("--weight_decay and --max_grad_norm must not be negative.")
+        if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
+            raise ValueError(f"--num_warmup_steps must not be negative, got {self.num_warmup_steps}.")
+
+    def global_batch_size(self, num_processes: int) -> int:
+        """Sequences per optimizer step over every process: per device × processes × accumulation steps."""
+        return self.per_device_train_batch_size * num_processes * self.gradient_accumulation_steps

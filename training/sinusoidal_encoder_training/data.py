@@ -5,7 +5,6 @@ Shared by pretraining and tokenizer training, so that both accept exactly the sa
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import os
@@ -25,83 +24,79 @@ LOCAL_FORMATS = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv
 SHIPPED_TOKENIZER = resource_path("tokenizer_config")
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("data (with no data flag: the built-in offline corpus)")
-    group.add_argument("--dataset_name", help="A dataset on the Hugging Face Hub, e.g. 'wikitext'.")
-    group.add_argument(
-        "--dataset_config_name", help="The configuration of --dataset_name, e.g. 'wikitext-103-raw-v1'."
-    )
-    group.add_argument("--train_file", help="A local training file: .txt, .json/.jsonl, .csv or .parquet.")
-    group.add_argument("--validation_file", help="A local validation file, same formats as --train_file.")
-    group.add_argument(
-        "--validation_split_percentage",
-        type=int,
-        default=5,
-        help="Percent of the training split held out for validation when the data has no validation split.",
-    )
-    group.add_argument(
-        "--text_column_name", default=None, help="The column holding the text (default: 'text', else the first one)."
-    )
-    group.add_argument(
-        "--streaming",
-        action="store_true",
-        help="Stream the dataset instead of downloading and preparing it: for corpora larger than memory or disk.",
-    )
-    group.add_argument(
-        "--streaming_validation_examples",
-        type=int,
-        default=1000,
-        help="With --streaming and no validation split: how many leading documents are held out for validation.",
-    )
-    group.add_argument(
-        "--preprocessing_num_workers", type=int, default=None, help="Processes for tokenisation (Dataset.map)."
-    )
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataConfig(FlagConfig):
-    """The flags of `add_data_arguments`. They are checked when the data is loaded (`check_data_arguments`): the
-    files they name are read then."""
+    """The corpus of a run (with no data setting: the built-in offline corpus), checked when built: the files it
+    names must exist, be readable and of a known format."""
 
-    dataset_name: str | None
-    dataset_config_name: str | None
-    train_file: str | None
-    validation_file: str | None
-    validation_split_percentage: int
-    text_column_name: str | None
-    streaming: bool
-    streaming_validation_examples: int
-    preprocessing_num_workers: int | None
+    _argument_group_name = "data (with no data flag: the built-in offline corpus)"
 
+    dataset_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'."}
+    )
+    dataset_config_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "The configuration of --dataset_name, e.g. 'wikitext-103-raw-v1'."}
+    )
+    train_file: str | None = dataclasses.field(
+        default=None, metadata={"help": "A local training file: .txt, .json/.jsonl, .csv or .parquet."}
+    )
+    validation_file: str | None = dataclasses.field(
+        default=None, metadata={"help": "A local validation file, same formats as --train_file."}
+    )
+    validation_split_percentage: int = dataclasses.field(
+        default=5,
+        metadata={
+            "help": "Percent of the training split held out for validation when the data has no validation split."
+        },
+    )
+    text_column_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "The column holding the text (default: 'text', else the first one)."}
+    )
+    streaming: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Stream the dataset instead of downloading and preparing it: for corpora larger than memory or "
+            "disk."
+        },
+    )
+    streaming_validation_examples: int = dataclasses.field(
+        default=1000,
+        metadata={
+            "help": "With --streaming and no validation split: how many leading documents are held out for validation."
+        },
+    )
+    preprocessing_num_workers: int | None = dataclasses.field(
+        default=None, metadata={"help": "Processes for tokenisation (Dataset.map)."}
+    )
 
-def check_data_arguments(config: DataConfig) -> None:
-    """Errors that name the flag, before anything is loaded."""
-    if config.dataset_name and (config.train_file or config.validation_file):
-        raise ValueError("Pass either --dataset_name or --train_file/--validation_file, not both.")
-    if config.validation_file and not config.train_file:
-        raise ValueError("--validation_file needs --train_file.")
-    for flag in ("train_file", "validation_file"):
-        path = getattr(config, flag)
-        if path is None:
-            continue
-        if not os.path.isfile(path):
-            raise ValueError(f"--{flag} {path!r} does not exist or is not a file.")
-        if not os.access(path, os.R_OK):
-            raise ValueError(f"--{flag} {path!r} is not readable.")
-        if _extension(path) not in LOCAL_FORMATS:
-            raise ValueError(f"--{flag} {path!r}: the extension must be one of {sorted(LOCAL_FORMATS)}.")
-    if (
-        config.train_file
-        and config.validation_file
-        and _extension(config.train_file) != _extension(config.validation_file)
-    ):
-        raise ValueError("--train_file and --validation_file must have the same format.")
-    if not 0 < config.validation_split_percentage < 100:
-        raise ValueError(
-            f"--validation_split_percentage must be in (0, 100), got {config.validation_split_percentage}."
-        )
-    if config.streaming and not (config.dataset_name or config.train_file):
-        raise ValueError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dataset_name and (self.train_file or self.validation_file):
+            raise ValueError("Pass either --dataset_name or --train_file/--validation_file, not both.")
+        if self.validation_file and not self.train_file:
+            raise ValueError("--validation_file needs --train_file.")
+        for flag in ("train_file", "validation_file"):
+            path = getattr(self, flag)
+            if path is None:
+                continue
+            if not os.path.isfile(path):
+                raise ValueError(f"--{flag} {path!r} does not exist or is not a file.")
+            if not os.access(path, os.R_OK):
+                raise ValueError(f"--{flag} {path!r} is not readable.")
+            if _extension(path) not in LOCAL_FORMATS:
+                raise ValueError(f"--{flag} {path!r}: the extension must be one of {sorted(LOCAL_FORMATS)}.")
+        if (
+            self.train_file
+            and self.validation_file
+            and _extension(self.train_file) != _extension(self.validation_file)
+        ):
+            raise ValueError("--train_file and --validation_file must have the same format.")
+        if not 0 < self.validation_split_percentage < 100:
+            raise ValueError(
+                f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
+            )
+        if self.streaming and not (self.dataset_name or self.train_file):
+            raise ValueError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
 
 
 def _extension(path: str) -> str:
@@ -111,7 +106,6 @@ def _extension(path: str) -> str:
 def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | datasets.IterableDatasetDict:
     """The corpus as "train" and "validation" splits, from the Hub, local files, or the built-in corpus; `seed` draws
     the validation split of a dataset without one."""
-    check_data_arguments(config)
     if config.dataset_name is None and config.train_file is None:
         return load_builtin_corpus()
     if config.dataset_name is not None:
@@ -237,7 +231,9 @@ class IndexedStream(torch.utils.data.IterableDataset):
             yield {"input_ids": example["input_ids"], "example_id": index}
 
 
-def _mix(*parts: int) -> int:
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed derived from `parts` (a seed, a purpose, an epoch, an example index, ...) by SHA-256: the same
+    on every process and in every run, and unrelated for different parts."""
     digest = hashlib.sha256("-".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
 
@@ -265,7 +261,9 @@ class KeyedMaskingCollator:
         input_ids = torch.tensor([example["input_ids"] for example in examples])  # (B, T)
         masked_ids, labels = [], []
         for row, example in zip(input_ids, examples, strict=True):
-            self.collator.generator = torch.Generator().manual_seed(_mix(self.seed, self.epoch, example["example_id"]))
+            self.collator.generator = torch.Generator().manual_seed(
+                derive_seed(self.seed, self.epoch, example["example_id"])
+            )
             row = row.unsqueeze(0)  # (1, T)
             ids, row_labels = self.collator.torch_mask_tokens(
                 row.clone(), special_tokens_mask=torch.isin(row, self.special_ids)

@@ -1,11 +1,12 @@
 """The Hub-ready folder a run ends in: weights of the plain model class, the published config, code, tokenizer,
-sentence-transformers files, then the model card and the optional upload."""
+sentence-transformers files, the model card and its pictures, then the optional upload."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
+from typing import Any
 
 from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
@@ -13,6 +14,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from .arguments import TrainingConfig
 from .data import DataConfig
 from .hub import push_folder_to_hub
+from .model_card import draw_pictures, model_reference, pipeline_example, render_model_card
 
 
 def save_tokenizer(tokenizer, folder: str) -> None:
@@ -77,10 +79,24 @@ def published_config(config):
     return published
 
 
-def export_model(accelerator: Accelerator, config: TrainingConfig, model, auto_class, tokenizer, write_card) -> None:
+def export_model(
+    accelerator: Accelerator,
+    config: TrainingConfig,
+    model,
+    auto_class,
+    tokenizer,
+    *,
+    pipeline_tag: str,
+    example: str,
+    **card: Any,
+) -> None:
     """Write the Hub-ready folder: weights of a fresh model of the plain class (under FSDP2 the wrapped class is not
-    the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; then
-    `write_card(model)` on the main process (model card, pictures, results), then the optional upload."""
+    the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; on the main
+    process the model card and its pictures, then the optional upload.
+
+    `card` holds the run's own sections of `render_model_card` (training data and procedure, metrics, ...); every
+    card also gets the pictures, the dataset and Hub ids of `config` (a stage's configuration: training and data
+    settings), and a `pipeline_tag` example on `example`."""
     accelerator.wait_for_everyone()
     # torch.compile's wrapper off (its keys carry an `_orig_mod.` prefix), DDP's and FSDP's kept: on every process,
     # FSDP gathers the full state on the main one
@@ -91,7 +107,18 @@ def export_model(accelerator: Accelerator, config: TrainingConfig, model, auto_c
         fresh.save_pretrained(config.output_dir)
         save_tokenizer(tokenizer, config.output_dir)
         write_sentence_transformers_files(config.output_dir, fresh.config)
-        write_card(fresh)
+        render_model_card(
+            fresh,
+            config.output_dir,
+            pictures=draw_pictures(config.output_dir, fresh.config),
+            pipeline_tag=pipeline_tag,
+            dataset_id=config.dataset_name,
+            model_id=config.hub_model_id,
+            usage_example=pipeline_example(
+                pipeline_tag, model_reference(config.output_dir, config.hub_model_id), example
+            ),
+            **card,
+        )
         accelerator.print(f"saved the model to {config.output_dir}")
         if config.push_to_hub:
             push_folder_to_hub(config.output_dir, config.hub_model_id, private=config.hub_private_repo)

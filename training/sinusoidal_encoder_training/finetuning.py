@@ -1,18 +1,38 @@
-"""Fine-tuning for sequence and token classification with accelerate: the run configuration, the task data and
-its label space, the classification task of the training loop, the stage (`finetune`) and the export of its
-Hub-ready folder. The command line is `cli/finetune.py`."""
+"""Fine-tune a sinusoidal encoder for sequence or token classification with accelerate.
+
+    # the offline downstream task: which library a passage of the built-in corpus documents
+    python training/finetune.py --model_name_or_path outputs/small-builtin --output_dir outputs/library-classifier
+
+    # your data: text or text pairs, single-label, multi-label (a list of labels) or regression (float labels)
+    accelerate launch training/finetune.py --model_name_or_path outputs/small-builtin \\
+        --dataset_name glue --dataset_config_name mrpc --text_column_name sentence1 \\
+        --text_pair_column_name sentence2 --output_dir out
+    # token classification: a column of words and a column of tags per word
+    python training/finetune.py --task token-classification --model_name_or_path M \\
+        --train_file train.jsonl --validation_file dev.jsonl --text_column_name tokens \\
+        --label_column_name ner_tags --output_dir out
+
+Labels become `id2label`/`label2id` in the saved config; metrics are computed locally (accuracy and macro-F1;
+micro/macro-F1 for multi-label; Pearson/Spearman for regression; entity-level F1 for tokens). The output folder is
+Hub-ready and loads with the matching Auto class and in the text- / token-classification pipeline.
+
+In code: `finetune(FinetuningConfig(model_name_or_path=..., output_dir=...))`, then `export(config, result)`. This
+module holds the run configuration, the task data and its label space, the classification task of the training
+loop, the stage, the export of its folder and the command line (`main`).
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, get_args
 
 import datasets
 import torch
+import transformers
 from accelerate import Accelerator
 from transformers import (
     AutoConfig,
@@ -24,50 +44,87 @@ from transformers import (
 )
 
 import sinusoidal_encoder
-from sinusoidal_encoder_training.arguments import TrainingConfig
+from sinusoidal_encoder_training.arguments import TrainingConfig, check_positive, parse_config, redefault
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
-from sinusoidal_encoder_training.data import DataConfig, _mix, load_raw_datasets, text_column
+from sinusoidal_encoder_training.data import DataConfig, derive_seed, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import describe_data, export_model
-from sinusoidal_encoder_training.loop import TrainingProgress, TrainingTask, make_accelerator, train
+from sinusoidal_encoder_training.loop import StageResult, TrainingTask, make_accelerator, make_loaders, train
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
     multi_label_scores,
     regression_scores,
 )
-from sinusoidal_encoder_training.model_card import (
-    draw_pictures,
-    model_reference,
-    pipeline_example,
-    render_model_card,
-)
 from sinusoidal_encoder_training.optimization import make_optimizer
 
-TASKS = ("text-classification", "token-classification")
-PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
+Task = Literal["text-classification", "token-classification"]
+ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
+TASKS, PROBLEM_TYPES = get_args(Task), get_args(ProblemType)
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FinetuningConfig(DataConfig, TrainingConfig):
-    """The run configuration of training/finetune.py: the data and training flags, and those of the task and model.
-    Derived from the flags: `builtin` (no data flag: the offline downstream task, whose columns are "text" and
-    "label"), and `baselines`, on for the built-in task."""
+    """The run configuration of fine-tuning: the data and training settings (with fine-tuning's own defaults for the
+    learning rate and the epochs), and those of the task and model. `model_name_or_path` and `output_dir` are
+    required. Derived: `builtin` (no data setting: the offline downstream task, whose columns are "text" and
+    "label") and `with_baselines` (`baselines`, on for the built-in task)."""
 
-    task: str
-    model_name_or_path: str
-    tokenizer_name: str | None
-    text_pair_column_name: str | None
-    label_column_name: str | None
-    problem_type: str | None
-    max_length: int
-    pad_to_multiple_of: int | None
-    ignore_mismatched_sizes: bool
-    base_model_id: str | None
-    max_train_samples: int | None
-    max_eval_samples: int | None
-    baselines: bool
-    builtin: bool
+    _argument_group_name = "task and model"
+
+    task: Task = dataclasses.field(default="text-classification", metadata={"help": "What to fine-tune for."})
+    model_name_or_path: str = dataclasses.field(
+        metadata={"help": "A sinusoidal-encoder folder or Hub id (pretrained or not)."}
+    )
+    tokenizer_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's)."}
+    )
+    text_pair_column_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "Second text of a pair (sequence classification)."}
+    )
+    label_column_name: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels')."
+        },
+    )
+    problem_type: ProblemType | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
+            "unless set."
+        },
+    )
+    max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
+    pad_to_multiple_of: int | None = dataclasses.field(
+        default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
+    )
+    ignore_mismatched_sizes: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "Replace a classification head of another size in --model_name_or_path with a new one."},
+    )
+    base_model_id: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The Hub id of the pretrained model, for the model card's base_model (default: "
+            "--model_name_or_path when that is a Hub id)."
+        },
+    )
+    max_train_samples: int | None = dataclasses.field(
+        default=None, metadata={"help": "Keep the first N training examples."}
+    )
+    max_eval_samples: int | None = dataclasses.field(
+        default=None, metadata={"help": "Keep the first N evaluation examples."}
+    )
+    baselines: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Also score a majority-class and a TF-IDF + logistic-regression baseline on the same split "
+            "(single-label sequence classification; needs scikit-learn). On by default for the built-in task."
+        },
+    )
+    learning_rate: float = redefault(TrainingConfig, "learning_rate", 1e-4)
+    num_train_epochs: int = redefault(TrainingConfig, "num_train_epochs", 3)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,37 +134,34 @@ class FinetuningConfig(DataConfig, TrainingConfig):
             raise ValueError(f"--max_length must be at least 4, got {self.max_length}.")
         if self.task == "token-classification" and self.text_pair_column_name:
             raise ValueError("--text_pair_column_name is for text-classification.")
-        for name in ("max_train_samples", "max_eval_samples", "pad_to_multiple_of"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"--{name} must be positive, got {value}.")
+        check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
         if self.builtin and self.task != "text-classification":
             raise ValueError(
                 "The built-in downstream task is text classification: pass data for token-classification."
             )
+        if self.builtin and (self.text_column_name or self.text_pair_column_name or self.label_column_name):
+            raise ValueError(
+                "--text_column_name, --text_pair_column_name and --label_column_name name columns of your data "
+                "(--dataset_name or --train_file); the built-in task's are 'text' and 'label'."
+            )
 
-    @classmethod
-    def from_args(cls, namespace: argparse.Namespace, **derived: Any) -> FinetuningConfig:
-        builtin = not (namespace.dataset_name or namespace.train_file)
-        resolved: dict[str, Any] = {"builtin": builtin, "baselines": namespace.baselines or builtin}
-        if builtin:
-            resolved.update(text_column_name="text", label_column_name="label")
-        return super().from_args(namespace, **{**resolved, **derived})
+    @property
+    def builtin(self) -> bool:
+        """No data setting: the offline downstream task on the built-in corpus."""
+        return not (self.dataset_name or self.train_file)
+
+    @property
+    def with_baselines(self) -> bool:
+        """Whether the run scores the baselines: `--baselines`, or the built-in task."""
+        return self.baselines or self.builtin
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuningResult:
-    """What `finetune()` returns: the accelerator, the prepared model, the tokenizer, the final progress, the final
-    evaluation (with the baselines' scores when asked), the problem type, and the number of optimizer steps the run
-    was set for (derived from the epochs without `--max_train_steps`)."""
+class FinetuningResult(StageResult):
+    """What `finetune()` returns (see `StageResult`; the final evaluation has the baselines' scores when asked),
+    and the problem type."""
 
-    accelerator: Accelerator
-    model: torch.nn.Module
-    tokenizer: Any
-    progress: TrainingProgress
-    metrics: dict[str, float]
     problem: str
-    max_train_steps: int
 
 
 def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
@@ -188,14 +242,14 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     return problem, [str(n) for n in names]
 
 
-def check_model_folder(config: FinetuningConfig, num_labels: int, any_model_type: bool = False) -> Any:
-    """The model config of --model_name_or_path. Refuse a model of another type (unless `any_model_type`: a baseline
-    such as BERT in an experiment), or a classification head of another size, before anything trains."""
+def check_model_folder(config: FinetuningConfig, num_labels: int, sinusoidal_only: bool = True) -> Any:
+    """The model config of --model_name_or_path. Refuse a classification head of another size, and (with
+    `sinusoidal_only`, the default loading's case) a model of another type, before anything trains."""
     try:
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     except (OSError, ValueError) as error:
         raise ValueError(f"--model_name_or_path {config.model_name_or_path!r}: {error}") from error
-    if not any_model_type and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+    if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
         raise ValueError(
             f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
@@ -221,7 +275,7 @@ class ClassificationTask(TrainingTask):
         self.seed = seed
 
     def start_epoch(self, epoch: int) -> None:
-        self.generator.manual_seed(_mix(self.seed, "data", epoch))
+        self.generator.manual_seed(derive_seed(self.seed, "data", epoch))
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """As `classification_losses` counts them: labelled tokens, or one unit per label value (one per example for
@@ -239,7 +293,10 @@ class ClassificationTask(TrainingTask):
         return sinusoidal_encoder.classification_losses(self.problem, logits, labels)
 
     def loss_sums(self, model, batch):
-        return self.per_example_losses(self.forward(model, batch), batch["labels"])
+        """The loss summed over the batch and its units, from the logits of one forward pass (the model is called
+        without labels: the loss is computed here, once)."""
+        sums, units = self.per_example_losses(self.forward(model, batch), batch["labels"])
+        return sums.sum(), units.sum()
 
     @torch.no_grad()
     def predict(self, model, loader, accelerator: Accelerator):
@@ -372,9 +429,16 @@ def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> d
     }
 
 
-def finetune(config: FinetuningConfig, any_model_type: bool = False) -> FinetuningResult:
-    """Load the data and the model, fine-tune, evaluate (and score the baselines when asked). `any_model_type`
-    accepts any model the Auto classes load (for baselines in experiments)."""
+def finetune(
+    config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
+) -> FinetuningResult:
+    """Load the data and the model, fine-tune, evaluate (and score the baselines when asked).
+
+    `model_init(model_config)` makes the model to fine-tune, as in transformers' `Trainer(model_init=...)`: it is
+    given the config of `--model_name_or_path` with the task's labels set (`num_labels`, `id2label`, `label2id`,
+    `problem_type`) and called once every RNG is seeded, so a new head starts the same in every run. By default the
+    matching Auto class loads `--model_name_or_path`, which must be a sinusoidal encoder (the exported model card
+    describes one); a `model_init` may return any architecture whose forward gives `logits`."""
     accelerator = make_accelerator(config)
     with accelerator.main_process_first():
         raw = load_task_data(config)
@@ -388,7 +452,7 @@ def finetune(config: FinetuningConfig, any_model_type: bool = False) -> Finetuni
         raise ValueError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, config)
     num_labels = 1 if problem == "regression" else len(label_names)
-    model_config = check_model_folder(config, num_labels, any_model_type)
+    model_config = check_model_folder(config, num_labels, sinusoidal_only=model_init is None)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or config.model_name_or_path)
     with accelerator.main_process_first():
         columns = (text_col, config.text_pair_column_name, label_col)
@@ -399,12 +463,17 @@ def finetune(config: FinetuningConfig, any_model_type: bool = False) -> Finetuni
         model_config.id2label = dict(enumerate(label_names))
         model_config.label2id = {name: i for i, name in enumerate(label_names)}
     model_config.problem_type = None if problem == "token_classification" else problem
-    auto_class = (
-        AutoModelForTokenClassification if problem == "token_classification" else (AutoModelForSequenceClassification)
-    )
-    model = auto_class.from_pretrained(
-        config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
-    )
+    if model_init is None:
+        auto_class = (
+            AutoModelForTokenClassification
+            if problem == "token_classification"
+            else AutoModelForSequenceClassification
+        )
+        model = auto_class.from_pretrained(
+            config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
+        )
+    else:
+        model = model_init(model_config)
 
     collate = (
         DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
@@ -412,21 +481,8 @@ def finetune(config: FinetuningConfig, any_model_type: bool = False) -> Finetuni
         else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
     )
     generator = torch.Generator()
-    train_loader = torch.utils.data.DataLoader(
-        encoded["train"],
-        batch_size=config.per_device_train_batch_size,
-        shuffle=True,
-        generator=generator,
-        collate_fn=collate,
-        num_workers=config.dataloader_num_workers,
-        drop_last=True,
-    )
-    eval_loader = torch.utils.data.DataLoader(
-        encoded["validation"],
-        batch_size=config.per_device_eval_batch_size,
-        generator=torch.Generator(),
-        collate_fn=collate,
-        num_workers=config.dataloader_num_workers,
+    train_loader, eval_loader = make_loaders(
+        config, encoded["train"], encoded["validation"], generator, collate, collate
     )
     optimizer = make_optimizer(model, config)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
@@ -441,7 +497,7 @@ def finetune(config: FinetuningConfig, any_model_type: bool = False) -> Finetuni
     trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
     final = trained.metrics
 
-    if config.baselines:
+    if config.with_baselines:
         if problem != "single_label_classification":
             raise ValueError("--baselines applies to single-label sequence classification.")
         baselines = run_baselines(raw, text_col, label_col)
@@ -450,9 +506,7 @@ def finetune(config: FinetuningConfig, any_model_type: bool = False) -> Finetuni
             f"accuracy: model {final['eval_accuracy']:.4f}, majority class {baselines['majority_accuracy']:.4f}, "
             f"TF-IDF + logistic regression {baselines['tfidf_logreg_accuracy']:.4f}"
         )
-    return FinetuningResult(
-        accelerator, model, tokenizer, trained.progress, final, problem, max_train_steps=trained.max_train_steps
-    )
+    return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, problem)
 
 
 def export(config: FinetuningConfig, result: FinetuningResult) -> None:
@@ -460,50 +514,62 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
     results and the baselines), pictures and eval_results.json."""
     accelerator, progress, final, problem = result.accelerator, result.progress, result.metrics, result.problem
     tokens = problem == "token_classification"
-    auto_class = AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification
     pipeline_tag = "token-classification" if tokens else "text-classification"
-
-    def write_card(exported) -> None:
+    id2label = accelerator.unwrap_model(result.model).config.id2label
+    labels = "a real number" if problem == "regression" else ", ".join(id2label.values())
+    if config.builtin:
+        data = (
+            "The offline downstream task of sinusoidal-encoder: passages of its built-in corpus (Python "
+            f"documentation and docstrings) labelled with the library they document ({labels}); train and "
+            "validation are the corpus's hash-based splits."
+        )
+    else:
+        data = describe_data(config)
+    procedure = (
+        f"Fine-tuned from `{config.model_name_or_path}` for {config.task} ({problem}; labels: {labels}) with "
+        f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
+        f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
+        f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
+        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
+    )
+    if accelerator.is_main_process:
+        os.makedirs(config.output_dir, exist_ok=True)
         with open(os.path.join(config.output_dir, "eval_results.json"), "w") as handle:
             json.dump(final, handle, indent=2)
-        labels = "a real number" if problem == "regression" else ", ".join(exported.config.id2label.values())
-        if config.builtin:
-            data = (
-                "The offline downstream task of sinusoidal-encoder: passages of its built-in corpus (Python "
-                f"documentation and docstrings) labelled with the library they document ({labels}); train and "
-                "validation are the corpus's hash-based splits."
-            )
-        else:
-            data = describe_data(config)
-        global_batch = (
-            config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
-        )
-        procedure = (
-            f"Fine-tuned from `{config.model_name_or_path}` for {config.task} ({problem}; labels: {labels}) with "
-            f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
-            f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
-            f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
-            f"{global_batch}, seed {config.seed}."
-        )
-        example = "Tag the words of this sentence ." if tokens else "A passage of documentation to classify."
-        render_model_card(
-            exported,
-            config.output_dir,
-            pictures=draw_pictures(config.output_dir, exported.config),
-            pipeline_tag=pipeline_tag,
-            training_data=data,
-            training_procedure=procedure,
-            metrics={k.removeprefix("eval_"): v for k, v in final.items() if isinstance(v, float)},
-            dataset_id=config.dataset_name,
-            dataset_name="built-in library-of-a-passage task" if config.builtin else None,
-            model_id=config.hub_model_id,
-            base_model=config.base_model_id
-            or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),
-            intended_uses=f"{config.task} with the labels it was trained on: {labels}.",
-            usage_example=pipeline_example(
-                pipeline_tag, model_reference(config.output_dir, config.hub_model_id), example
-            ),
-            extra_tags=(pipeline_tag,),
-        )
+    export_model(
+        accelerator,
+        config,
+        result.model,
+        AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification,
+        result.tokenizer,
+        pipeline_tag=pipeline_tag,
+        example="Tag the words of this sentence ." if tokens else "A passage of documentation to classify.",
+        training_data=data,
+        training_procedure=procedure,
+        metrics={k.removeprefix("eval_"): v for k, v in final.items() if isinstance(v, float)},
+        dataset_name="built-in library-of-a-passage task" if config.builtin else None,
+        base_model=config.base_model_id
+        or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),
+        intended_uses=f"{config.task} with the labels it was trained on: {labels}.",
+        extra_tags=(pipeline_tag,),
+    )
 
-    export_model(accelerator, config, result.model, auto_class, result.tokenizer, write_card)
+
+def parse_args(argv: list[str] | None = None) -> FinetuningConfig:
+    """The run configuration of a command line (`sys.argv[1:]` by default), checked."""
+    return parse_config(FinetuningConfig, argv, __doc__)
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """The command line: `sinusoidal-encoder-finetune`, `python -m sinusoidal_encoder_training.finetuning`, or
+    `training/finetune.py` in a checkout."""
+    config = parse_args(argv)
+    result = finetune(config)
+    export(config, result)
+    if config.with_tracking:
+        result.accelerator.end_training()
+    return result.metrics
+
+
+if __name__ == "__main__":
+    main()

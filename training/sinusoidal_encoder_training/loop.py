@@ -1,5 +1,6 @@
-"""The training loop shared by pretraining and fine-tuning: the Accelerator, what a task tells the loop, where
-training stands, and the loop itself (accumulation, scheduling, evaluation, logging, checkpoints, resume)."""
+"""The training loop shared by pretraining and fine-tuning: the Accelerator and the loaders, what a task tells the
+loop, where training stands, the loop itself (accumulation, scheduling, evaluation, logging, checkpoints, resume),
+and what a stage returns."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import os
 import time
 from itertools import islice
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -37,13 +39,51 @@ class TrainingProgress:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingResult:
-    """What `train()` returns: the final progress, the final evaluation, and the schedule it derived from the config
-    (`max_train_steps` from the epochs when the flag is unset, the warmup from its 6% default)."""
+    """What `train()` returns: the final progress, the final evaluation, and the optimizer steps the run was set
+    for (`max_train_steps`, derived from the epochs when the flag is unset)."""
 
     progress: TrainingProgress
     metrics: dict[str, float]
     max_train_steps: int
-    num_warmup_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StageResult:
+    """What a stage (`pretrain()`, `finetune()`) returns: the accelerator, the prepared model, the tokenizer, the
+    final progress and evaluation, and the number of optimizer steps the run was set for (derived from the epochs
+    without `--max_train_steps`)."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    tokenizer: Any
+    progress: TrainingProgress
+    metrics: dict[str, float]
+    max_train_steps: int
+
+
+def make_loaders(
+    config: TrainingConfig, train_set, eval_set, generator: torch.Generator, train_collate, eval_collate
+) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
+    """The training loader (its order drawn from `generator`, which the task reseeds every epoch, unless the set is
+    a stream; the last partial batch dropped) and the evaluation loader (every example), of the config's batch
+    sizes and workers; `accelerator.prepare` them with the model."""
+    train_loader = torch.utils.data.DataLoader(
+        train_set,
+        batch_size=config.per_device_train_batch_size,
+        shuffle=not isinstance(train_set, torch.utils.data.IterableDataset),
+        generator=generator,
+        collate_fn=train_collate,
+        num_workers=config.dataloader_num_workers,
+        drop_last=True,
+    )
+    eval_loader = torch.utils.data.DataLoader(
+        eval_set,
+        batch_size=config.per_device_eval_batch_size,
+        generator=torch.Generator(),
+        collate_fn=eval_collate,
+        num_workers=config.dataloader_num_workers,
+    )
+    return train_loader, eval_loader
 
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
@@ -97,7 +137,8 @@ class TrainingTask:
     name = "training"
 
     def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-example loss sums and the number of loss units (masked tokens, labelled tokens, examples) in each."""
+        """The loss of a batch summed over its loss units (masked tokens, labelled tokens, label values), and the
+        number of those units: two scalars, from one forward pass."""
         raise NotImplementedError
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -139,7 +180,7 @@ def train(
     One optimizer step = `gradient_accumulation_steps` micro-batches on every process. The loss is normalised by the
     loss units of the whole global batch, so every unit weighs the same whatever the number of processes and
     micro-batches. Creates the scheduler, resumes from a checkpoint, logs, evaluates, checkpoints; returns the final
-    progress and evaluation, with the optimizer and warmup steps it was set for (the config is left as it is)."""
+    progress and evaluation, with the optimizer steps it was set for (the config is left as it is)."""
     from transformers import get_scheduler
 
     steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
@@ -190,8 +231,7 @@ def train(
     accelerator.print(f"  Processes = {world}, mixed precision = {accelerator.mixed_precision}")
     accelerator.print(
         f"  Batch per device = {config.per_device_train_batch_size}, gradient accumulation = "
-        f"{config.gradient_accumulation_steps}, global batch = "
-        f"{config.per_device_train_batch_size * world * config.gradient_accumulation_steps}"
+        f"{config.gradient_accumulation_steps}, global batch = {config.global_batch_size(world)}"
     )
     accelerator.print(f"  Optimizer steps = {max_train_steps} ({num_epochs} epoch(s)), warmup = {warmup}")
 
@@ -227,8 +267,7 @@ def train(
             scale = world * config.gradient_accumulation_steps / max(units, 1.0)
             for batch in window:
                 with accelerator.accumulate(model):
-                    sums, counts = task.loss_sums(model, batch)
-                    loss_sum = sums.sum()
+                    loss_sum, count = task.loss_sums(model, batch)
                     accelerator.backward(loss_sum * scale)
                     if accelerator.sync_gradients and config.max_grad_norm > 0:
                         accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -236,7 +275,7 @@ def train(
                     scheduler.step()
                     optimizer.zero_grad()
                 window_loss += loss_sum.detach().double()
-                window_units += counts.sum().double()
+                window_units += count.double()
             progress.completed_steps += 1
             progress.batches_in_epoch += config.gradient_accumulation_steps
             progress.tokens_seen += int(tokens)
@@ -285,4 +324,19 @@ def train(
     summary = task.summary(final)
     if summary:
         accelerator.print(summary)
-    return TrainingResult(progress, final, max_train_steps, warmup)
+    return TrainingResult(progress, final, max_train_steps)
+
+
+def unlabel_repeated_examples(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
+    """`labels` (one row per example) with -100 in the rows of the examples accelerate repeats to even out the last
+    batch of a prepared evaluation loader across processes, so that summing over every process counts each example
+    once, while every process still runs the same forwards. On that batch (`gradient_state.remainder` r > 0, the
+    number of real examples in the gathered batch), the example in local row i of process p is row
+    p × local batch + i of the gathered batch: kept if that is below r. Elsewhere `labels` is returned as it is."""
+    state = accelerator.gradient_state
+    if not state.end_of_dataloader or state.remainder <= 0:
+        return labels
+    local = labels.shape[0]
+    rows = accelerator.process_index * local + torch.arange(local, device=labels.device)  # (B,)
+    repeated = (rows >= state.remainder).reshape(-1, *[1] * (labels.dim() - 1))
+    return labels.masked_fill(repeated, -100)

@@ -16,7 +16,7 @@ import datasets
 import numpy as np
 import torch
 
-from .data import _mix
+from .data import derive_seed
 
 # the first blocks of a streamed training split that the unigram counts read
 STREAMING_UNIGRAM_BLOCKS = 20_000
@@ -55,7 +55,7 @@ def permute_inner_tokens(batch: dict[str, torch.Tensor], seed: int) -> dict[str,
     seq_len = input_ids.shape[1]
     orders = []
     for example_id in batch["example_id"].tolist():
-        generator = torch.Generator().manual_seed(_mix(seed, "order", example_id))
+        generator = torch.Generator().manual_seed(derive_seed(seed, "order", example_id))
         inner = torch.randperm(seq_len - 1, generator=generator) + 1  # (T-1,)
         orders.append(torch.cat([torch.zeros(1, dtype=torch.long), inner]))
     index = torch.stack(orders).to(input_ids.device)  # (B, T): source position of each new position

@@ -71,14 +71,14 @@ def render_model_card(
     usage_example: str = "",
     extra_tags: tuple[str, ...] = (),
     pictures: dict[str, str] | None = None,
-    length_generalization: str | None = None,
     evaluation_note: str | None = None,
+    extra_sections: dict[str, str] | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
     values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
-    files of the folder to their titles; the card shows them. `length_generalization` (markdown) is the section on
-    inputs longer than the training length, as `benchmarks/length_generalization.py` measured it. `evaluation_note`
-    (markdown) follows the metrics: what they mean and what they show."""
+    files of the folder to their titles; the card shows them. `evaluation_note` (markdown) follows the metrics: what
+    they mean and what they show. `extra_sections` maps titles to markdown: sections of your own (another
+    measurement, a comparison), after the evaluation."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_reference(output_dir, model_id)
@@ -126,10 +126,10 @@ def render_model_card(
         "vocab_size": config.vocab_size,
         "max_position_embeddings": config.max_position_embeddings,
         "long_input_window": getattr(config, "long_input_attention_window", None),
-        "randomized_positions": getattr(config, "position_sampling", "consecutive") == "ordered_subset",
-        "stratified_positions": getattr(config, "position_sampling", "consecutive") == "stratified",
-        "position_range": getattr(config, "position_sampling_range", None),
-        "evenly_spaced": getattr(config, "position_sampling_inference", "draw") == "evenly_spaced",
+        "randomized_positions": getattr(config, "position_mode", "consecutive") == "ordered_subset",
+        "stratified_positions": getattr(config, "position_mode", "consecutive") == "stratified",
+        "position_range": getattr(config, "position_range", None),
+        "evenly_spaced": getattr(config, "position_inference", "draw") == "evenly_spaced",
         "intended_uses": intended_uses
         or "A masked-language model: fill in masked tokens, or fine-tune it for classification, tagging or "
         "extractive question answering, or use its hidden states as features.",
@@ -140,7 +140,7 @@ def render_model_card(
         "training_procedure": training_procedure,
         "evaluation": evaluation,
         "pictures": pictures or {},
-        "length_generalization": length_generalization,
+        "extra_sections": extra_sections or {},
     }
     card = ModelCard.from_template(card_data, template_path=TEMPLATE, **values)
     card.save(os.path.join(output_dir, "README.md"))

@@ -1,18 +1,27 @@
-"""ONNX export of a saved model folder with a dynamic batch and sequence length, checked against PyTorch. The command
-line is `cli/export_onnx.py`."""
+"""Export a saved model folder to ONNX with dynamic batch and sequence axes, and check it with onnxruntime.
+
+    python training/export_onnx.py outputs/small-builtin                      # -> outputs/small-builtin/model.onnx
+    python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
+
+The graph takes `input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits`
+(fill-mask) or `last_hidden_state` (feature-extraction). The position encoding is computed inside the graph from the
+positions, so the exported model runs at any length, past `max_position_embeddings` too. Needs the `onnx`,
+`onnxscript` and `onnxruntime` packages (the `integrations` extra).
+
+In code: `export_onnx(model, path, output_name)` and `check_onnx(...)`; the command line is `main`.
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-from typing import Any
+from typing import Literal
 
 import torch
 from transformers import AutoModel, AutoModelForMaskedLM
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
-from sinusoidal_encoder_training.arguments import FlagConfig
+from sinusoidal_encoder_training.arguments import FlagConfig, parse_config
 
 TASKS = {"fill-mask": (AutoModelForMaskedLM, "logits"), "feature-extraction": (AutoModel, "last_hidden_state")}
 
@@ -74,19 +83,46 @@ def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OnnxExportConfig(FlagConfig):
-    """The flags of the export, with `output` resolved (MODEL/model.onnx for a local folder by default)."""
+    """The settings of the export, with `output_path` derived (MODEL/model.onnx for a local folder by default)."""
 
-    model: str
-    task: str
-    output: str
-    opset: int
-    no_check: bool
+    model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
+    task: Literal["feature-extraction", "fill-mask"] = dataclasses.field(
+        default="fill-mask", metadata={"help": "Which head to export."}
+    )
+    output: str | None = dataclasses.field(
+        default=None, metadata={"help": "The .onnx file (default: MODEL/model.onnx for a folder)."}
+    )
+    opset: int = dataclasses.field(default=18, metadata={"help": "ONNX opset version."})
+    no_check: bool = dataclasses.field(default=False, metadata={"help": "Skip the onnxruntime comparison."})
 
-    @classmethod
-    def from_args(cls, namespace: argparse.Namespace, **derived: Any) -> OnnxExportConfig:
-        output = namespace.output
-        if output is None:
-            if not os.path.isdir(namespace.model):
-                raise ValueError("--output is needed when the model is not a local folder.")
-            output = os.path.join(namespace.model, "model.onnx")
-        return super().from_args(namespace, **{"output": output, **derived})
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.output is None and not os.path.isdir(self.model):
+            raise ValueError("--output is needed when the model is not a local folder.")
+
+    @property
+    def output_path(self) -> str:
+        """`--output`, or model.onnx in the model folder."""
+        return self.output or os.path.join(self.model, "model.onnx")
+
+
+def parse_args(argv: list[str] | None = None) -> OnnxExportConfig:
+    """The export's configuration of a command line (`sys.argv[1:]` by default), checked."""
+    return parse_config(OnnxExportConfig, argv, __doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The command line: `sinusoidal-encoder-export-onnx`, `python -m sinusoidal_encoder_training.onnx_export`, or
+    `training/export_onnx.py` in a checkout."""
+    config = parse_args(argv)
+    auto_class, output_name = TASKS[config.task]
+    model = auto_class.from_pretrained(config.model).eval()
+    export_onnx(model, config.output_path, output_name, config.opset)
+    print(f"wrote {config.output_path}")
+    if not config.no_check:
+        worst = check_onnx(model, config.output_path, output_name)
+        print(f"onnxruntime against PyTorch, real tokens, lengths 8 and 300: max abs difference {worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,48 +1,57 @@
-"""Masked-language-model pretraining of the sinusoidal encoder with accelerate: the run configuration, the model it
-describes, the masked-LM task of the training loop, the stage (`pretrain`) and the export of its Hub-ready folder.
-The command line is `cli/pretrain.py`."""
+"""Pretrain a sinusoidal Transformer encoder by masked language modelling, with accelerate, on a `datasets` corpus.
+
+    accelerate launch training/pretrain.py --output_dir outputs/small                     # built-in corpus, CPU ok
+    accelerate launch --mixed_precision bf16 --num_processes 8 training/pretrain.py \\
+        --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 --config_name base --output_dir out
+
+With no data flag it trains on the built-in offline corpus (`sinusoidal_encoder_training.corpus`) with the shipped
+tokenizer (tokenizer_config/). The output folder ends Hub-ready: weights (safetensors), config with auto_map, the
+model code, tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to
+output_dir/checkpoints/step_N.
+
+In code: `pretrain(PretrainingConfig(output_dir=..., max_train_steps=...))`, then `export(config, result)`. This
+module holds the run configuration, the model it describes, the masked-LM task of the training loop, the stage, the
+export of its folder and the command line (`main`).
+"""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-from collections.abc import Callable
-from typing import Any
 
 import datasets
 import torch
 import transformers
 from accelerate import Accelerator
-from torch.nn import functional as F
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
-from sinusoidal_encoder_training.arguments import TrainingConfig
+from sinusoidal_encoder_training.arguments import TrainingConfig, parse_config
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
     DataConfig,
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
-    _mix,
+    derive_seed,
     load_raw_datasets,
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.export import describe_data, export_model
-from sinusoidal_encoder_training.loop import TrainingProgress, TrainingTask, make_accelerator, train
+from sinusoidal_encoder_training.loop import (
+    StageResult,
+    TrainingTask,
+    make_accelerator,
+    make_loaders,
+    train,
+    unlabel_repeated_examples,
+)
 from sinusoidal_encoder_training.metrics_log import perplexity
 from sinusoidal_encoder_training.mlm_evaluation import (
     describe_evaluation,
     permute_inner_tokens,
     unigram_log_probs,
-)
-from sinusoidal_encoder_training.model_card import (
-    draw_pictures,
-    model_reference,
-    pipeline_example,
-    render_model_card,
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
 
@@ -56,16 +65,42 @@ MODEL_SIZES = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PretrainingConfig(DataConfig, TrainingConfig):
-    """The run configuration of training/pretrain.py: the data and training flags, and those of the model and
-    tokenizer, with `--seq_length_schedule` parsed into ((length, until step), ...)."""
+    """The run configuration of pretraining: the data and training settings, and those of the model and tokenizer.
+    Only `output_dir` is required: `PretrainingConfig(output_dir="out", max_train_steps=100)`."""
 
-    config_name: str
-    config_overrides: str | None
-    model_name_or_path: str | None
-    tokenizer_name: str | None
-    max_seq_length: int
-    mlm_probability: float
-    seq_length_schedule: tuple[tuple[int, int], ...]
+    _argument_group_name = "model and tokenizer"
+
+    config_name: str = dataclasses.field(
+        default="small",
+        metadata={"help": f"A size preset ({', '.join(MODEL_SIZES)}), or a config file, folder or Hub id."},
+    )
+    config_overrides: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Comma-separated config fields to override, e.g. "
+            "'hidden_size=64,num_hidden_layers=2,norm_first=true'."
+        },
+    )
+    model_name_or_path: str | None = dataclasses.field(
+        default=None, metadata={"help": "Continue pretraining this model (folder or Hub id)."}
+    )
+    tokenizer_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the shipped tokenizer_config/)."}
+    )
+    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per packed training block."})
+    mlm_probability: float = dataclasses.field(
+        default=0.15, metadata={"help": "Share of tokens masked for prediction."}
+    )
+    seq_length_schedule: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Sequence-length warmup, as 'LENGTH:STEP,...' (e.g. '32:200,64:400'): train on blocks cut into "
+            "sequences of LENGTH tokens until optimizer step STEP, then at the next length, and at --max_seq_length "
+            "after the last STEP. Each LENGTH divides --max_seq_length; the tokens, masks and loss of a step are "
+            "those of the full blocks. Evaluation is always at --max_seq_length. Attention learns position much "
+            "sooner on short sequences (see README)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,25 +108,21 @@ class PretrainingConfig(DataConfig, TrainingConfig):
             raise ValueError("--streaming needs --max_train_steps (a stream has no known length).")
         if self.model_name_or_path and self.config_overrides:
             raise ValueError("--config_overrides applies to new models, not to --model_name_or_path.")
+        if self.max_seq_length < 8:
+            raise ValueError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+        parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
 
-    @classmethod
-    def from_args(cls, namespace: argparse.Namespace, **derived: Any) -> PretrainingConfig:
-        schedule = parse_length_schedule(namespace.seq_length_schedule, namespace.max_seq_length)
-        return super().from_args(namespace, **{"seq_length_schedule": schedule, **derived})
+    @property
+    def length_schedule(self) -> tuple[tuple[int, int], ...]:
+        """`--seq_length_schedule` parsed: ((length, until step), ...), empty without a warmup."""
+        return parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainingResult:
-    """What `pretrain()` returns: the accelerator, the prepared model, the tokenizer, the final progress and
-    evaluation, and the number of optimizer steps the run was set for (derived from the epochs without
-    `--max_train_steps`)."""
-
-    accelerator: Accelerator
-    model: torch.nn.Module
-    tokenizer: Any
-    progress: TrainingProgress
-    metrics: dict[str, float]
-    max_train_steps: int
+class PretrainingResult(StageResult):
+    """What `pretrain()` returns (see `StageResult`)."""
 
 
 def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[int, int], ...]:
@@ -134,7 +165,9 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
         if not hasattr(config, key):
             raise ValueError(f"--config_overrides: the config has no field {key!r}.")
         old = getattr(config, key)
-        if value.lower() in ("null", "none"):  # unset an optional field; config.check() rejects it elsewhere
+        if isinstance(old, str):  # text stays text (`position_mode=none` is the mode "none")
+            new = value
+        elif value.lower() in ("null", "none"):  # unset an optional field; config.check() rejects it elsewhere
             new = None
         elif isinstance(old, bool):
             if value.lower() not in ("true", "false", "1", "0"):
@@ -151,14 +184,22 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
             except json.JSONDecodeError:
                 new = value
         else:
-            new = value
+            raise ValueError(f"--config_overrides: the field {key!r} ({type(old).__name__}) cannot be set from text.")
         setattr(config, key, new)
     config.check()
 
 
+def load_tokenizer(config: PretrainingConfig):
+    """The tokenizer of `--tokenizer_name` (default: the shipped one), without a length cap: the length a model is
+    trained at is its `max_position_embeddings`."""
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or SHIPPED_TOKENIZER)
+    tokenizer.model_max_length = VERY_LARGE_INTEGER
+    return tokenizer
+
+
 def build_model(config: PretrainingConfig, tokenizer) -> transformers.PreTrainedModel:
-    """The model the flags describe, with `sparse_prediction=True` where it has the option: training and evaluation
-    need logits at the masked positions only (the exported folder carries the published default, see
+    """The model the settings describe, with `sparse_prediction=True` where it has the option: training and
+    evaluation need logits at the masked positions only (the exported folder carries the published default, see
     `export.published_config`)."""
     if config.model_name_or_path:
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
@@ -188,7 +229,10 @@ EVALUATION_NOTE = (
 
 
 class MaskedLMTask(TrainingTask):
-    """Masked language modelling on packed blocks: loss units are masked tokens."""
+    """Masked language modelling on packed blocks: loss units are masked tokens. The model computes the loss, once
+    per batch: it takes `labels` and `num_items_in_batch` and returns the cross-entropy summed over the labelled
+    tokens divided by `num_items_in_batch` (transformers' convention, which `SinusoidalEncoderForMaskedLM` follows;
+    transformers' `BertForMaskedLM` returns the mean whatever it is given)."""
 
     name = "pretraining"
 
@@ -211,47 +255,41 @@ class MaskedLMTask(TrainingTask):
         self.train_length = next((length for length, until in self.length_schedule if step < until), None)
 
     def start_epoch(self, epoch: int) -> None:
-        self.train_generator.manual_seed(_mix(self.seed, "data", epoch))  # same order on resume, new one per epoch
+        self.train_generator.manual_seed(derive_seed(self.seed, "data", epoch))  # same order on resume, new per epoch
         self.train_masking.epoch = epoch
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return (batch["labels"] != -100).sum()
 
     def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-example sum of the masked-token cross-entropy and count of masked tokens: (B,), (B,). Our model runs
-        with `sparse_prediction`, so the vocabulary projection is computed at masked positions only; other masked-LM
-        models (a BERT baseline) return logits at every position, of which the masked ones are kept."""
+        """The masked-token cross-entropy summed over the batch, as the model computes it (`num_items_in_batch=1`:
+        the sum itself), and the number of masked tokens: two scalars. In training under a sequence-length warmup
+        each block runs as shorter rows (the same tokens and masks)."""
         labels = batch["labels"]  # (B, T)
         input_ids = batch["input_ids"]
         if model.training and self.train_length is not None:  # sequence-length warmup: each block as shorter rows
             input_ids = input_ids.reshape(-1, self.train_length)  # (B * T / L, L)
             labels = labels.reshape(-1, self.train_length)  # (B * T / L, L)
-        logits = model(input_ids=input_ids, labels=labels).logits  # (N, V): masked positions, row-major; or (B, T, V)
-        keep = labels != -100
-        if logits.dim() == 3:
-            logits = logits[keep]  # (N, V)
-        losses = F.cross_entropy(logits.float(), labels[keep], reduction="none")  # (N,)
-        keep = keep.reshape(batch["labels"].shape)  # (B, T): back to whole blocks
-        rows = keep.nonzero()[:, 0]  # (N,): the example of each masked position (row-major order is unchanged)
-        sums = torch.zeros(keep.shape[0], dtype=losses.dtype, device=losses.device).index_add_(0, rows, losses)
-        return sums, keep.sum(dim=1)  # (B,), (B,)
+        loss_sum = model(input_ids=input_ids, labels=labels, num_items_in_batch=1).loss
+        return loss_sum, (labels != -100).sum()
 
     @torch.no_grad()
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
-        """Masked-token-weighted loss and perplexity over the whole evaluation split, gathered across processes
+        """Masked-token-weighted loss and perplexity over the whole evaluation split, summed across processes
         (without the samples accelerate repeats to even out the last batch); beside them the unigram baseline on the
         same masked tokens and the order gap: the loss of the same blocks with their tokens permuted, minus the loss
-        (training/mlm_evaluation.py)."""
+        (`mlm_evaluation`)."""
         model.eval()
         totals = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, permuted, unigram, count
         unigram = self.unigram_log_probs.to(accelerator.device)
         for batch in loader:
-            sums, counts = self.loss_sums(model, batch)
-            permuted_sums, _ = self.loss_sums(model, permute_inner_tokens(batch, self.seed))
+            batch = {**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)}
+            loss_sum, count = self.loss_sums(model, batch)
+            permuted_sum, _ = self.loss_sums(model, permute_inner_tokens(batch, self.seed))
             labels = batch["labels"]  # (B, T)
-            unigram_sums = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum(dim=1)  # (B,)
-            per_example = torch.stack([sums.double(), permuted_sums.double(), unigram_sums, counts.double()], dim=1)
-            totals += accelerator.gather_for_metrics(per_example).sum(dim=0)  # (4,)
+            unigram_sum = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum()
+            totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
+        totals = accelerator.reduce(totals, reduction="sum")
         model.train()
         loss, permuted, unigram_loss = (totals[:3] / totals[3].clamp(min=1)).tolist()
         return {
@@ -266,21 +304,47 @@ class MaskedLMTask(TrainingTask):
         return describe_evaluation(metrics)
 
 
-def pretrain(
-    config: PretrainingConfig,
-    build: Callable[[PretrainingConfig, Any], transformers.PreTrainedModel] | None = None,
-) -> PretrainingResult:
-    """Tokenise and pack the corpus, then train by masked language modelling the model that
-    `build(config, tokenizer)` returns (called after every RNG is seeded; by default the model the flags describe)."""
+def check_model(model: transformers.PreTrainedModel, tokenizer_size: int) -> None:
+    """A `ValueError` unless `model` can be pretrained here: its vocabulary covers the tokenizer's, and its loss is the
+    summed loss divided by `num_items_in_batch` (`MaskedLMTask` takes the sum with `num_items_in_batch=1`; a model
+    that returns its mean whatever it is passed, as transformers' BertForMaskedLM does, would train and report at the
+    wrong scale). Checked on four tokens in evaluation mode, which draws no random number."""
+    if model.config.vocab_size < tokenizer_size:
+        raise ValueError(
+            f"The model's vocabulary ({model.config.vocab_size}) is smaller than the tokenizer's ({tokenizer_size})."
+        )
+    device = next(model.parameters()).device
+    ids = torch.arange(4, device=device).unsqueeze(0) % model.config.vocab_size  # (1, 4)
+    training = model.training
+    model.eval()
+    with torch.no_grad():
+        summed, halved = (model(input_ids=ids, labels=ids, num_items_in_batch=n).loss for n in (1, 2))
+    model.train(training)
+    if not torch.allclose(summed, 2 * halved):
+        raise ValueError(
+            f"{type(model).__name__} does not divide its summed loss by `num_items_in_batch` (it returned "
+            f"{summed.item():.4g} for 1 and {halved.item():.4g} for 2): pretraining needs the summed masked-token "
+            "loss. Override its forward to honour `num_items_in_batch`, as transformers' Trainer passes it."
+        )
+
+
+def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | None = None) -> PretrainingResult:
+    """Tokenise and pack the corpus, then train by masked language modelling the model the settings describe
+    (`build_model`, called once every RNG is seeded), or `model`: a masked-LM of your own making, whose vocabulary
+    covers the tokenizer's and whose loss honours `num_items_in_batch` as transformers' Trainer passes it (the
+    summed loss divided by it; checked before training), as `MaskedLMTask` needs. Its initialisation is yours; the
+    run's seed governs data order, masks and dropout."""
     accelerator = make_accelerator(config)
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or SHIPPED_TOKENIZER)
-    tokenizer.model_max_length = VERY_LARGE_INTEGER  # no cap: the training length is max_position_embeddings
+    tokenizer = load_tokenizer(config)
+    if model is not None:
+        check_model(model, len(tokenizer))
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
         packed = tokenize_and_pack(
             raw, tokenizer, config.max_seq_length, config.text_column_name, config.preprocessing_num_workers
         )
-    model = (build or build_model)(config, tokenizer)
+    if model is None:
+        model = build_model(config, tokenizer)
 
     streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
@@ -288,94 +352,84 @@ def pretrain(
     eval_masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
     wrap = IndexedStream if streaming else IndexedExamples
     train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
-    train_loader = torch.utils.data.DataLoader(
-        train_set,
-        batch_size=config.per_device_train_batch_size,
-        shuffle=not streaming,
-        generator=train_generator,
-        collate_fn=train_masking,
-        num_workers=config.dataloader_num_workers,
-        drop_last=True,
-    )
-    eval_loader = torch.utils.data.DataLoader(
-        eval_set,
-        batch_size=config.per_device_eval_batch_size,
-        generator=torch.Generator(),
-        collate_fn=eval_masking,
-        num_workers=config.dataloader_num_workers,
-    )
+    train_loader, eval_loader = make_loaders(config, train_set, eval_set, train_generator, train_masking, eval_masking)
     optimizer = make_optimizer(model, config)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
 
-    global_batch = config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
-    max_steps = config.max_train_steps  # None when train() derives it from the epochs
-    tokens_line = f"Tokens = {global_batch * config.max_seq_length:,} per step"
-    if max_steps is not None:
-        tokens_line += f", {global_batch * config.max_seq_length * max_steps:,} in all"
+    tokens_per_step = config.global_batch_size(accelerator.num_processes) * config.max_seq_length
+    tokens_line = f"Tokens = {tokens_per_step:,} per step"
+    if config.max_train_steps is not None:  # else train() derives the steps from the epochs
+        tokens_line += f", {tokens_per_step * config.max_train_steps:,} in all"
     header = [
         f"Training examples (blocks of {config.max_seq_length} tokens) = "
         f"{'streamed' if streaming else f'{len(train_set):,}'}",
         tokens_line,
     ]
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
-    task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.seq_length_schedule)
+    task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule)
     trained = train(
         accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
-    return PretrainingResult(
-        accelerator, model, tokenizer, trained.progress, trained.metrics, max_train_steps=trained.max_train_steps
-    )
+    return PretrainingResult(accelerator, model, tokenizer, trained.progress, trained.metrics, trained.max_train_steps)
+
+
+BUILTIN_CORPUS = (
+    "The built-in offline corpus of sinusoidal-encoder: the Python language reference topics and the docstrings of "
+    "the Python standard library, numpy, huggingface_hub, datasets, accelerate and transformers (PSF, BSD-3-Clause "
+    "and Apache-2.0 licences), split 98/2 by a hash of each document."
+)
 
 
 def export(config: PretrainingConfig, result: PretrainingResult) -> None:
     """The Hub-ready folder: weights, config, code, tokenizer, README.md (model card) and pictures."""
     accelerator, progress, final_eval = result.accelerator, result.progress, result.metrics
+    procedure = (
+        f"Masked language modelling ({config.mlm_probability:.0%} of tokens; 80% [MASK], 10% random, 10% kept) on "
+        f"packed blocks of {config.max_seq_length} tokens{describe_length_schedule(config.length_schedule)}; "
+        f"{progress.completed_steps:,} optimizer steps, "
+        f"{progress.tokens_seen:,} tokens seen; AdamW (lr {config.learning_rate:g}, betas {config.adam_beta1}/"
+        f"{config.adam_beta2}, weight decay {config.weight_decay} on matrices), {config.lr_scheduler_type} "
+        f"schedule after warmup, gradient clipping at {config.max_grad_norm}, global batch "
+        f"{config.global_batch_size(accelerator.num_processes)} sequences, {accelerator.num_processes} process(es), "
+        f"mixed precision {accelerator.mixed_precision}, seed {config.seed}. Trained with `training/pretrain.py` of "
+        "sinusoidal-encoder."
+    )
+    export_model(
+        accelerator,
+        config,
+        result.model,
+        AutoModelForMaskedLM,
+        result.tokenizer,
+        pipeline_tag="fill-mask",
+        example=f"The function returns a {result.tokenizer.mask_token} of positions.",
+        training_data=describe_data(config) if config.dataset_name or config.train_file else BUILTIN_CORPUS,
+        training_procedure=procedure,
+        metrics={
+            "loss": final_eval["eval_loss"],
+            "perplexity": final_eval["eval_perplexity"],
+            "unigram_baseline_loss": final_eval["eval_unigram_loss"],
+            "order_gap": final_eval["eval_order_gap"],
+        },
+        evaluation_note=EVALUATION_NOTE.format(mlm_probability=config.mlm_probability)
+        + " In short: "
+        + describe_evaluation(final_eval),
+    )
 
-    def write_card(exported) -> None:
-        if config.dataset_name or config.train_file:
-            data = describe_data(config)
-        else:
-            data = (
-                "The built-in offline corpus of sinusoidal-encoder: the Python language reference topics and the "
-                "docstrings of the Python standard library, numpy, huggingface_hub, datasets, accelerate and "
-                "transformers (PSF, BSD-3-Clause and Apache-2.0 licences), split 98/2 by a hash of each document."
-            )
-        global_batch = (
-            config.per_device_train_batch_size * accelerator.num_processes * config.gradient_accumulation_steps
-        )
-        procedure = (
-            f"Masked language modelling ({config.mlm_probability:.0%} of tokens; 80% [MASK], 10% random, 10% kept) on "
-            f"packed blocks of {config.max_seq_length} tokens{describe_length_schedule(config.seq_length_schedule)}; "
-            f"{progress.completed_steps:,} optimizer steps, "
-            f"{progress.tokens_seen:,} tokens seen; AdamW (lr {config.learning_rate:g}, betas {config.adam_beta1}/"
-            f"{config.adam_beta2}, weight decay {config.weight_decay} on matrices), {config.lr_scheduler_type} "
-            f"schedule after warmup, gradient clipping at {config.max_grad_norm}, global batch {global_batch} "
-            f"sequences, {accelerator.num_processes} process(es), mixed precision {accelerator.mixed_precision}, "
-            f"seed {config.seed}. Trained with `training/pretrain.py` of sinusoidal-encoder."
-        )
-        render_model_card(
-            exported,
-            config.output_dir,
-            pictures=draw_pictures(config.output_dir, exported.config),
-            pipeline_tag="fill-mask",
-            training_data=data,
-            training_procedure=procedure,
-            metrics={
-                "loss": final_eval["eval_loss"],
-                "perplexity": final_eval["eval_perplexity"],
-                "unigram_baseline_loss": final_eval["eval_unigram_loss"],
-                "order_gap": final_eval["eval_order_gap"],
-            },
-            evaluation_note=EVALUATION_NOTE.format(mlm_probability=config.mlm_probability)
-            + " In short: "
-            + describe_evaluation(final_eval),
-            dataset_id=config.dataset_name,
-            model_id=config.hub_model_id,
-            usage_example=pipeline_example(
-                "fill-mask",
-                model_reference(config.output_dir, config.hub_model_id),
-                f"The function returns a {result.tokenizer.mask_token} of positions.",
-            ),
-        )
 
-    export_model(accelerator, config, result.model, AutoModelForMaskedLM, result.tokenizer, write_card)
+def parse_args(argv: list[str] | None = None) -> PretrainingConfig:
+    """The run configuration of a command line (`sys.argv[1:]` by default), checked."""
+    return parse_config(PretrainingConfig, argv, __doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The command line: `sinusoidal-encoder-pretrain`, `python -m sinusoidal_encoder_training.pretraining`, or
+    `training/pretrain.py` in a checkout."""
+    config = parse_args(argv)
+    result = pretrain(config)
+    export(config, result)
+    if config.with_tracking:
+        result.accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

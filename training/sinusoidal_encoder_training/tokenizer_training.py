@@ -1,5 +1,17 @@
-"""Training a byte-level BPE tokenizer for the encoder with the `tokenizers` library: the run configuration and the
-tokenizer it builds. The command line is `cli/train_tokenizer.py`."""
+"""Train a byte-level BPE tokenizer with the `tokenizers` library on any corpus the pretraining script accepts.
+
+    python training/train_tokenizer.py --output_dir tokenizer_config                  # the built-in corpus
+    python training/train_tokenizer.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \\
+        --vocab_size 30522 --output_dir my-tokenizer
+
+Byte-level BPE never rejects or loses text: every Unicode string is encoded through its UTF-8 bytes, and
+decode(encode(text)) gives it back exactly (no normalisation, no cleanup of spaces). The result is a transformers
+fast tokenizer folder (tokenizer.json, tokenizer_config.json, special tokens) that `AutoTokenizer.from_pretrained`
+loads, with [CLS] ... [SEP] (and [CLS] A [SEP] B [SEP] for pairs) added around inputs.
+
+In code: `train_tokenizer(TokenizerTrainingConfig(output_dir=...))`. This module holds the configuration, the
+tokenizer it builds and the command line (`main`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +23,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
+from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.data import (
     DataConfig,
     iterate_texts,
@@ -30,13 +43,21 @@ SPECIAL_TOKENS = {
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenizerTrainingConfig(DataConfig):
-    """The flags of tokenizer training (the data flags, the output and the vocabulary), checked when built."""
+    """The settings of tokenizer training (the data settings, the output and the vocabulary), checked when built."""
 
-    output_dir: str
-    vocab_size: int
-    min_frequency: int
-    model_max_length: int | None
-    seed: int
+    output_dir: str = dataclasses.field(metadata={"help": "Where the tokenizer folder is written."})
+    vocab_size: int = dataclasses.field(default=16384, metadata={"help": "Vocabulary size, special tokens included."})
+    min_frequency: int = dataclasses.field(default=2, metadata={"help": "Minimum count of a pair to be merged."})
+    model_max_length: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "A length cap to write into the tokenizer (default: none; the sinusoidal encoder runs at any "
+            "length, and the length a model was trained at is its config's max_position_embeddings)."
+        },
+    )
+    seed: int = dataclasses.field(
+        default=42, metadata={"help": "Seed of the validation split of a dataset without one."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,3 +121,21 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
     with open(os.path.join(config.output_dir, "training_args.json"), "w") as handle:
         json.dump(provenance, handle, indent=2)
     return TokenizerTrainingResult(tokenizer=tokenizer, source=source)
+
+
+def parse_args(argv: list[str] | None = None) -> TokenizerTrainingConfig:
+    """The configuration of a command line (`sys.argv[1:]` by default), checked."""
+    return parse_config(TokenizerTrainingConfig, argv, __doc__)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The command line: `sinusoidal-encoder-train-tokenizer`, `python -m
+    sinusoidal_encoder_training.tokenizer_training`, or `training/train_tokenizer.py` in a checkout."""
+    config = parse_args(argv)
+    result = train_tokenizer(config)
+    size, folder = len(result.tokenizer), config.output_dir
+    print(f"trained a byte-level BPE of {size:,} tokens on {result.source}; saved to {folder}")
+
+
+if __name__ == "__main__":
+    main()

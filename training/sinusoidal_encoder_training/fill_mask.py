@@ -1,4 +1,5 @@
-"""Load a pretrained folder with AutoModelForMaskedLM and print fill-mask predictions.
+"""Load a pretrained folder with AutoModelForMaskedLM and print fill-mask predictions (the command line
+`sinusoidal-encoder-fill-mask`, or `training/fill_mask.py` in a checkout).
 
 python training/fill_mask.py outputs/small-builtin
 python training/fill_mask.py outputs/small-builtin "Return a [MASK] of the items." --top_k 3
