@@ -72,19 +72,6 @@ def test_training_uses_the_global_rng_and_matches_explicit_positions(sampling):
     assert not torch.allclose(other[real], first[real])
 
 
-def test_evaluation_draw_is_fixed_per_length_and_batch_independent():
-    model = subset_model().eval()
-    ids, mask = padded_batch()
-    batched = assert_rows_match_alone(model, ids, mask)
-    with torch.no_grad():
-        assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, batched)  # the same at every call
-        positions = draw(model, 4, 12, mask)
-        assert torch.equal(positions[1], positions[3])  # same length, same positions
-        assert not torch.equal(positions[0, :7], positions[1, :7])  # another length, another draw
-        reseeded = subset_model(position_seed=1).eval()
-        assert not torch.equal(draw(reseeded, 4, 12, mask), positions)
-
-
 def test_evenly_spaced_inference_positions():
     """`position_inference="evenly_spaced"`: ⌊k·L/n⌋ for the k-th of n real tokens, in evaluation only."""
     model = subset_model(position_inference="evenly_spaced").eval()
@@ -239,9 +226,13 @@ def test_evenly_spaced_inference_takes_the_middle_of_each_cell():
     torch.testing.assert_close(drawn.float().mean(0), torch.tensor([24.5, 74.5, 124.5, 174.5]), atol=2.0, rtol=0)
 
 
-@pytest.mark.parametrize("inference", ["draw", "evenly_spaced"])
-def test_evaluation_positions_are_fixed_per_length_and_batch_independent(inference):
-    model = stratified_model(position_inference=inference).eval()
+@pytest.mark.parametrize(
+    ("mode", "inference"), [("ordered_subset", "draw"), ("stratified", "draw"), ("stratified", "evenly_spaced")]
+)
+def test_evaluation_positions_are_fixed_per_length_and_batch_independent(mode, inference):
+    """In evaluation the drawing modes give a sequence the same positions at every call, in any batch, whatever its
+    padding: one seeded draw per length (`position_seed`), read by rank; the middles of the cells need no seed."""
+    model = subset_model(position_mode=mode, position_inference=inference).eval()
     ids, mask = padded_batch()
     batched = assert_rows_match_alone(model, ids, mask)
     with torch.no_grad():
@@ -250,7 +241,7 @@ def test_evaluation_positions_are_fixed_per_length_and_batch_independent(inferen
     assert torch.equal(positions[1], positions[3])  # same length, same positions
     left = torch.cat([torch.zeros(1, 5, dtype=torch.long), torch.ones(1, 7, dtype=torch.long)], dim=1)  # left-padded
     assert torch.equal(draw(model, 1, 12, left)[0, 5:], positions[1, :7])
-    reseeded = stratified_model(position_seed=1, position_inference=inference).eval()
+    reseeded = subset_model(position_mode=mode, position_seed=1, position_inference=inference).eval()
     changed = not torch.equal(draw(reseeded, 4, 12, mask), positions)
     assert changed == (inference == "draw")  # the middles do not depend on the seed
 
