@@ -217,6 +217,12 @@ def test_the_documented_flags_are_found():
             ["--model_name_or_path", "m", "--output_dir", "x", "--train_file", "missing.txt"],
             "--train_file",
         ),
+        (
+            "pretrain",
+            ["--output_dir", "x", "--config_overrides", "position_mode=random_offset"],
+            "--config_overrides: `position_mode='random_offset'` needs `max_position_offset`",
+        ),
+        ("pretrain", ["--output_dir", "x", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
     ],
 )
 def test_a_bad_flag_stops_the_command_with_a_message_naming_it(tmp_path, script, argv, message):
@@ -228,8 +234,19 @@ def test_a_bad_flag_stops_the_command_with_a_message_naming_it(tmp_path, script,
         timeout=300,
         env=env(),
     )
-    assert proc.returncode != 0 and message in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]  # one line, no traceback
+    assert lines[0].startswith(f"{script}.py: error: ") and message in lines[0], lines
     assert "Running training" not in proc.stdout and not (tmp_path / "x").exists()
+    debug = subprocess.run(
+        [sys.executable, str(REPO / "training" / f"{script}.py"), *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(SINUSOIDAL_ENCODER_DEBUG="1"),
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "UsageError" in debug.stderr
 
 
 def test_epochs_give_max_train_steps_in_the_result_and_leave_the_config_alone(tmp_path):
@@ -244,3 +261,66 @@ def test_epochs_give_max_train_steps_in_the_result_and_leave_the_config_alone(tm
     assert steps_per_epoch > 1
     assert result.max_train_steps == 2 * steps_per_epoch == result.progress.completed_steps
     assert set(result.metrics) >= {"eval_loss", "eval_perplexity", "eval_order_gap"}
+
+
+def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(monkeypatch, capsys):
+    """`command(main)`: a UsageError ends with one `prog: error:` line and status 2; any other exception, and a
+    UsageError under SINUSOIDAL_ENCODER_DEBUG=1, propagates with its traceback; a UsageError is a ValueError for
+    code that calls the library."""
+    from sinusoidal_encoder_training.command_line import UsageError, command
+
+    def bad_input():
+        raise UsageError("--learning_rate must be positive, got -1.0.")
+
+    def broken():
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(sys, "argv", ["/somewhere/pretrain.py", "--learning_rate", "-1"])
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        command(bad_input)()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == "pretrain.py: error: --learning_rate must be positive, got -1.0.\n"
+    with pytest.raises(ZeroDivisionError):
+        command(broken)()
+    monkeypatch.setenv("SINUSOIDAL_ENCODER_DEBUG", "1")
+    with pytest.raises(UsageError):
+        command(bad_input)()
+    assert issubclass(UsageError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("outputs/does-not-exist", "no such file or folder"),  # its first part is a folder here: a local path
+        ("./model", "no such file or folder"),
+        ("/no/such/model", "no such file or folder"),
+        ("~/no-such-model", "no such file or folder"),
+        ("a/b/c", "no such file or folder"),
+        ("models/", "no such file or folder"),
+        ("huge", "is not a preset (tiny, small, base), a local folder or file, or a Hub id"),
+    ],
+)
+def test_a_missing_model_source_is_named_before_any_work(tmp_path, monkeypatch, value, message):
+    """What looks local and is not there is a missing folder, not a Hub id; a bare name is listed with the presets;
+    the configurations check it when they are built."""
+    from sinusoidal_encoder_training.arguments import check_model_source
+    from sinusoidal_encoder_training.command_line import UsageError
+    from sinusoidal_encoder_training.pretraining import PretrainingConfig
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_model_source("--config_name", value, ("tiny", "small", "base"))
+    with pytest.raises(UsageError, match="--model_name_or_path"):
+        PretrainingConfig(output_dir="x", model_name_or_path="./missing")
+
+
+@pytest.mark.parametrize("value", [None, "small", "owner/name", "outputs/here", "config.json"])
+def test_presets_hub_ids_and_existing_paths_pass_the_source_check(tmp_path, monkeypatch, value):
+    from sinusoidal_encoder_training.arguments import check_model_source
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs" / "here").mkdir(parents=True)
+    (tmp_path / "config.json").write_text("{}")
+    check_model_source("--config_name", value, ("tiny", "small", "base"))  # no error

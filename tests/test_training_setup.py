@@ -114,8 +114,9 @@ def test_scripts_run_as_files_import_the_installed_package(script):
 
 
 def test_each_command_is_one_main_for_its_console_script_and_its_checkout_script():
-    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same `main`, in the
-    module of the stage: one layer between a command and the library."""
+    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same entry (`cli`:
+    the stage's `main` behind the command-line front), in the module of the stage: one layer between a command and
+    the library."""
     section = (REPO / "pyproject.toml").read_text().split("[project.scripts]\n")[1].split("\n\n")[0]
     scripts = dict(re.findall(r'^(\S+) = "(\S+)"$', section, flags=re.MULTILINE))
     assert len(scripts) == len(SCRIPTS) == 6

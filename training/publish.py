@@ -1,7 +1,7 @@
 """`python training/publish.py --help`, in a checkout: the command line of
 `sinusoidal_encoder_training.hub` (installed: `sinusoidal-encoder-publish`)."""
 
-from sinusoidal_encoder_training.hub import main
+from sinusoidal_encoder_training.hub import cli
 
 if __name__ == "__main__":
-    main()
+    cli()

@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
+from .command_line import UsageError
+
 ConfigT = TypeVar("ConfigT", bound="FlagConfig")
 
 
@@ -34,7 +36,32 @@ def check_positive(config: FlagConfig, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
         if value is not None and value <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {value}.")
+            raise UsageError(f"--{name} must be a positive integer, got {value}.")
+
+
+def check_model_source(name: str, value: str | None, presets: tuple[str, ...] = ()) -> None:
+    """A `UsageError` naming `name` (the flag, as `--model_name_or_path`) when `value`, a folder, a file or a Hub
+    id ('owner/name'), cannot be one. A path that looks local (absolute, './', '~', a trailing slash, more than one
+    '/', or whose first part is a folder here, as in 'outputs/my-model') and does not exist is a missing folder, not
+    a Hub id; where there are presets, a bare name that is none of them and not here is named with them (a typo).
+    Hub ids are checked when they are loaded."""
+    if value is None or value in presets or os.path.exists(os.path.expanduser(value)):
+        return
+    parts = value.split("/")
+    local = (
+        value.startswith(("/", ".", "~"))
+        or value.endswith("/")
+        or len(parts) > 2
+        or os.sep in value.replace("/", "")
+        or (len(parts) == 2 and os.path.isdir(parts[0]))
+    )
+    if local:
+        raise UsageError(f"{name} {value!r}: no such file or folder.")
+    if presets and len(parts) == 1:
+        raise UsageError(
+            f"{name} {value!r} is not a preset ({', '.join(presets)}), a local folder or file, or a Hub id "
+            "('owner/name')."
+        )
 
 
 def redefault(config_class: type, name: str, default: Any) -> Any:
@@ -167,9 +194,9 @@ class OutputConfig(FlagConfig):
         super().__post_init__()
         check_positive(self, "logging_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit")
         if self.push_to_hub and not self.hub_model_id:
-            raise ValueError("--push_to_hub needs --hub_model_id.")
+            raise UsageError("--push_to_hub needs --hub_model_id.")
         if self.resume_from_checkpoint not in (None, "latest") and not os.path.isdir(self.resume_from_checkpoint):
-            raise ValueError(f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is not a checkpoint folder.")
+            raise UsageError(f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is not a checkpoint folder.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -246,11 +273,11 @@ class TrainingConfig(OutputConfig):
             "max_train_steps",
         )
         if self.learning_rate <= 0:
-            raise ValueError(f"--learning_rate must be positive, got {self.learning_rate}.")
+            raise UsageError(f"--learning_rate must be positive, got {self.learning_rate}.")
         if self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise ValueError("--weight_decay and --max_grad_norm must not be negative.")
+            raise UsageError("--weight_decay and --max_grad_norm must not be negative.")
         if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
-            raise ValueError(f"--num_warmup_steps must not be negative, got {self.num_warmup_steps}.")
+            raise UsageError(f"--num_warmup_steps must not be negative, got {self.num_warmup_steps}.")
 
     def global_batch_size(self, num_processes: int) -> int:
         """Sequences per optimizer step over every process: per device × processes × accumulation steps."""

@@ -17,6 +17,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from .arguments import FlagConfig
+from .command_line import UsageError
 from .corpus import load_builtin_corpus
 from .resources import resource_path
 
@@ -72,31 +73,31 @@ class DataConfig(FlagConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.dataset_name and (self.train_file or self.validation_file):
-            raise ValueError("Pass either --dataset_name or --train_file/--validation_file, not both.")
+            raise UsageError("Pass either --dataset_name or --train_file/--validation_file, not both.")
         if self.validation_file and not self.train_file:
-            raise ValueError("--validation_file needs --train_file.")
+            raise UsageError("--validation_file needs --train_file.")
         for flag in ("train_file", "validation_file"):
             path = getattr(self, flag)
             if path is None:
                 continue
             if not os.path.isfile(path):
-                raise ValueError(f"--{flag} {path!r} does not exist or is not a file.")
+                raise UsageError(f"--{flag} {path!r} does not exist or is not a file.")
             if not os.access(path, os.R_OK):
-                raise ValueError(f"--{flag} {path!r} is not readable.")
+                raise UsageError(f"--{flag} {path!r} is not readable.")
             if _extension(path) not in LOCAL_FORMATS:
-                raise ValueError(f"--{flag} {path!r}: the extension must be one of {sorted(LOCAL_FORMATS)}.")
+                raise UsageError(f"--{flag} {path!r}: the extension must be one of {sorted(LOCAL_FORMATS)}.")
         if (
             self.train_file
             and self.validation_file
             and _extension(self.train_file) != _extension(self.validation_file)
         ):
-            raise ValueError("--train_file and --validation_file must have the same format.")
+            raise UsageError("--train_file and --validation_file must have the same format.")
         if not 0 < self.validation_split_percentage < 100:
-            raise ValueError(
+            raise UsageError(
                 f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
             )
         if self.streaming and not (self.dataset_name or self.train_file):
-            raise ValueError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
+            raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
 
 
 def _extension(path: str) -> str:
@@ -121,9 +122,9 @@ def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | d
         flag = (
             f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
         )
-        raise ValueError(f"Could not load {flag}: {type(error).__name__}: {error}") from error
+        raise UsageError(f"Could not load {flag}: {type(error).__name__}: {error}") from error
     if "train" not in raw:
-        raise ValueError(f"The dataset has no 'train' split (it has {list(raw)}).")
+        raise UsageError(f"The dataset has no 'train' split (it has {list(raw)}).")
     if "validation" in raw:
         return type(raw)({"train": raw["train"], "validation": raw["validation"]})
     if config.streaming:
@@ -140,11 +141,11 @@ def text_column(dataset: datasets.Dataset | datasets.IterableDataset, requested:
     if names is None:  # some streamed datasets only know their columns once read
         names = list(next(iter(dataset)).keys())
     if requested is not None and requested not in names:
-        raise ValueError(f"--text_column_name {requested!r} is not a column of the dataset (columns: {names}).")
+        raise UsageError(f"--text_column_name {requested!r} is not a column of the dataset (columns: {names}).")
     column = requested or ("text" if "text" in names else names[0])
     feature = (dataset.features or {}).get(column)
     if feature is not None and getattr(feature, "dtype", None) not in ("string", "large_string"):
-        raise ValueError(f"--text_column_name: column {column!r} holds {feature}, not text (columns: {names}).")
+        raise UsageError(f"--text_column_name: column {column!r} holds {feature}, not text (columns: {names}).")
     return column
 
 
@@ -176,9 +177,9 @@ def tokenize_and_pack(
     block is dropped. Map-style datasets are cached by `datasets`; streamed ones are packed on the fly.
     """
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError("The tokenizer needs a cls_token and a sep_token to pack documents into blocks.")
+        raise UsageError("The tokenizer needs a cls_token and a sep_token to pack documents into blocks.")
     if max_seq_length < 8:
-        raise ValueError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
+        raise UsageError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
     column = text_column(raw["train"], text_column_name)
     streaming = isinstance(raw["train"], datasets.IterableDataset)
     span = max_seq_length - 1
@@ -200,7 +201,7 @@ def tokenize_and_pack(
             kwargs.update(num_proc=num_proc, desc=f"Tokenizing and packing {split} into blocks of {max_seq_length}")
         packed[split] = dataset.map(pack, **kwargs)
         if not streaming and len(packed[split]) == 0:
-            raise ValueError(
+            raise UsageError(
                 f"The {split} split holds no complete block of --max_seq_length={max_seq_length} tokens after "
                 f"tokenisation ({len(dataset)} documents, empty ones dropped): give it more text or lower the length."
             )
@@ -249,7 +250,7 @@ class KeyedMaskingCollator:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int, epoch: int | str = 0):
         if not 0.0 < mlm_probability < 1.0:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {mlm_probability}.")
+            raise UsageError(f"--mlm_probability must be in (0, 1), got {mlm_probability}.")
         self.collator = DataCollatorForLanguageModeling(
             tokenizer=tokenizer, mlm=True, mlm_probability=mlm_probability, return_tensors="pt"
         )

@@ -12,6 +12,8 @@ import argparse
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+from sinusoidal_encoder_training.arguments import check_model_source
+from sinusoidal_encoder_training.command_line import command
 
 EXAMPLES = (
     "Return a new [MASK] containing the items of the sequence.",
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("texts", nargs="*", help="Texts with the tokenizer's mask token (default: a few examples).")
     parser.add_argument("--top_k", type=int, default=5, help="Predictions to show per text.")
     args = parser.parse_args(argv)
+    check_model_source("MODEL", args.model)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForMaskedLM.from_pretrained(args.model)
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {args.model}")
@@ -37,5 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{text}\n    -> {shown}")
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()

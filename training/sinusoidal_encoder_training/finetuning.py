@@ -44,7 +44,14 @@ from transformers import (
 )
 
 import sinusoidal_encoder
-from sinusoidal_encoder_training.arguments import TrainingConfig, check_positive, parse_config, redefault
+from sinusoidal_encoder_training.arguments import (
+    TrainingConfig,
+    check_model_source,
+    check_positive,
+    parse_config,
+    redefault,
+)
+from sinusoidal_encoder_training.command_line import UsageError, command
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import DataConfig, derive_seed, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import describe_data, export_model
@@ -129,18 +136,20 @@ class FinetuningConfig(DataConfig, TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.streaming:
-            raise ValueError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
+            raise UsageError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
         if self.max_length < 4:
-            raise ValueError(f"--max_length must be at least 4, got {self.max_length}.")
+            raise UsageError(f"--max_length must be at least 4, got {self.max_length}.")
         if self.task == "token-classification" and self.text_pair_column_name:
-            raise ValueError("--text_pair_column_name is for text-classification.")
+            raise UsageError("--text_pair_column_name is for text-classification.")
         check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
+        check_model_source("--model_name_or_path", self.model_name_or_path)
+        check_model_source("--tokenizer_name", self.tokenizer_name)
         if self.builtin and self.task != "text-classification":
-            raise ValueError(
+            raise UsageError(
                 "The built-in downstream task is text classification: pass data for token-classification."
             )
         if self.builtin and (self.text_column_name or self.text_pair_column_name or self.label_column_name):
-            raise ValueError(
+            raise UsageError(
                 "--text_column_name, --text_pair_column_name and --label_column_name name columns of your data "
                 "(--dataset_name or --train_file); the built-in task's are 'text' and 'label'."
             )
@@ -186,7 +195,7 @@ def label_column(dataset: datasets.Dataset, config: FinetuningConfig) -> str:
     names = dataset.column_names
     if config.label_column_name is not None:
         if config.label_column_name not in names:
-            raise ValueError(f"--label_column_name {config.label_column_name!r} is not a column (columns: {names}).")
+            raise UsageError(f"--label_column_name {config.label_column_name!r} is not a column (columns: {names}).")
         return config.label_column_name
     candidates = (
         ("ner_tags", "tags", "labels", "label") if config.task == "token-classification" else ("label", "labels")
@@ -194,7 +203,7 @@ def label_column(dataset: datasets.Dataset, config: FinetuningConfig) -> str:
     for name in candidates:
         if name in names:
             return name
-    raise ValueError(f"No label column found (looked for {candidates}; columns: {names}): pass --label_column_name.")
+    raise UsageError(f"No label column found (looked for {candidates}; columns: {names}): pass --label_column_name.")
 
 
 def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig) -> tuple[str, list[str] | None]:
@@ -204,7 +213,7 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     train_values, eval_values = raw["train"][column], raw["validation"][column]
     if config.task == "token-classification":
         if not isinstance(feature, (datasets.Sequence, datasets.List)):
-            raise ValueError(f"--label_column_name {column!r} must hold a list of tags per example for tokens.")
+            raise UsageError(f"--label_column_name {column!r} must hold a list of tags per example for tokens.")
         problem = "token_classification"
         train_set = {t for tags in train_values for t in tags}
         eval_set = {t for tags in eval_values for t in tags}
@@ -219,13 +228,13 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     ):
         for value in [*train_values, *eval_values]:
             if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"Regression labels must be numbers; column {column!r} holds {value!r}.")
+                raise UsageError(f"Regression labels must be numbers; column {column!r} holds {value!r}.")
         return "regression", None
     else:
         problem = "single_label_classification"
         train_set, eval_set = set(train_values), set(eval_values)
     if None in train_set or None in eval_set:
-        raise ValueError(f"The label column {column!r} has missing values.")
+        raise UsageError(f"The label column {column!r} has missing values.")
     if isinstance(inner, datasets.ClassLabel):
         names = list(inner.names)
         train_set, eval_set = {names[i] for i in train_set}, {names[i] for i in eval_set}
@@ -233,12 +242,12 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
         names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
     unseen = eval_set - set(names) - train_set
     if unseen:
-        raise ValueError(
+        raise UsageError(
             f"The validation split has labels the training split never shows: {sorted(map(str, unseen))[:10]}. "
             f"A model cannot learn them; fix the data or its split."
         )
     if problem != "token_classification" and len(names) < 2 and problem == "single_label_classification":
-        raise ValueError(f"The training labels hold a single class ({names}): nothing to classify.")
+        raise UsageError(f"The training labels hold a single class ({names}): nothing to classify.")
     return problem, [str(n) for n in names]
 
 
@@ -248,16 +257,16 @@ def check_model_folder(config: FinetuningConfig, num_labels: int, sinusoidal_onl
     try:
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     except (OSError, ValueError) as error:
-        raise ValueError(f"--model_name_or_path {config.model_name_or_path!r}: {error}") from error
+        raise UsageError(f"--model_name_or_path {config.model_name_or_path!r}: {error}") from error
     if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
-        raise ValueError(
+        raise UsageError(
             f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
         )
     head = "ForTokenClassification" if config.task == "token-classification" else "ForSequenceClassification"
     has_head = any(a.endswith(head) for a in (model_config.architectures or []))
     if has_head and model_config.num_labels != num_labels and not config.ignore_mismatched_sizes:
-        raise ValueError(
+        raise UsageError(
             f"--model_name_or_path has a classification head for {model_config.num_labels} labels, but the data "
             f"has {num_labels}: pass --ignore_mismatched_sizes to replace the head with a new one."
         )
@@ -398,7 +407,7 @@ def encode(
 
     for name in (text_col, pair_col):
         if name and name not in raw["train"].column_names:
-            raise ValueError(f"Column {name!r} is not in the dataset (columns: {raw['train'].column_names}).")
+            raise UsageError(f"Column {name!r} is not in the dataset (columns: {raw['train'].column_names}).")
     function = token_batch if problem == "token_classification" else sequence_batch
     return raw.map(function, batched=True, remove_columns=raw["train"].column_names, desc="Tokenizing")
 
@@ -449,7 +458,7 @@ def finetune(
     )
     label_col = label_column(raw["train"], config)
     if label_col not in raw["validation"].column_names:
-        raise ValueError(f"The validation split has no label column {label_col!r}.")
+        raise UsageError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, config)
     num_labels = 1 if problem == "regression" else len(label_names)
     model_config = check_model_folder(config, num_labels, sinusoidal_only=model_init is None)
@@ -499,7 +508,7 @@ def finetune(
 
     if config.with_baselines:
         if problem != "single_label_classification":
-            raise ValueError("--baselines applies to single-label sequence classification.")
+            raise UsageError("--baselines applies to single-label sequence classification.")
         baselines = run_baselines(raw, text_col, label_col)
         final.update(baselines)
         accelerator.print(
@@ -571,5 +580,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return result.metrics
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()

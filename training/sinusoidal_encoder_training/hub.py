@@ -14,6 +14,8 @@ import argparse
 import json
 import os
 
+from sinusoidal_encoder_training.command_line import UsageError, command
+
 REQUIRED = ("config.json", "README.md")
 
 
@@ -36,16 +38,16 @@ def push_folder_to_hub(folder: str, repo_id: str, private: bool = False, api=Non
 def check_folder(folder: str) -> None:
     """Refuse what is not an exported sinusoidal-encoder folder, naming what is missing."""
     if not os.path.isdir(folder):
-        raise ValueError(f"{folder!r} is not a folder.")
+        raise UsageError(f"{folder!r} is not a folder.")
     missing = [name for name in REQUIRED if not os.path.exists(os.path.join(folder, name))]
     if not any(name.endswith(".safetensors") for name in os.listdir(folder)):
         missing.append("model.safetensors")
     if missing:
-        raise ValueError(f"{folder!r} is not an exported model folder: it has no {', '.join(missing)}.")
+        raise UsageError(f"{folder!r} is not an exported model folder: it has no {', '.join(missing)}.")
     with open(os.path.join(folder, "config.json")) as handle:
         model_type = json.load(handle).get("model_type")
     if model_type != "sinusoidal_encoder":
-        raise ValueError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
+        raise UsageError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
 
 
 def main(argv: list[str] | None = None, api=None) -> str:
@@ -74,5 +76,7 @@ def main(argv: list[str] | None = None, api=None) -> str:
     return result
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .arguments import TrainingConfig
 from .checkpoints import resolve_checkpoint, save_checkpoint
+from .command_line import UsageError
 from .metrics_log import MetricsLog, format_metrics
 
 
@@ -111,7 +112,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     launched = max(accelerator.num_processes, int(os.environ.get("WORLD_SIZE", "1")))  # processes started
     if fsdp_asked and launched > 1 and accelerator.distributed_type != DistributedType.FSDP:
         # accelerate enables FSDP for GPU-like devices only; elsewhere it runs the processes as plain data parallel
-        raise ValueError(
+        raise UsageError(
             f"The accelerate configuration asks for FSDP, but accelerate runs this job as "
             f"{accelerator.distributed_type.value} on {accelerator.device.type} (it enables FSDP on GPUs and similar "
             "devices only): the model would be replicated, not sharded. Launch with a data-parallel configuration "
@@ -185,7 +186,7 @@ def train(
 
     steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
     if steps_per_epoch == 0:
-        raise ValueError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
+        raise UsageError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
     max_train_steps = config.max_train_steps
     if max_train_steps is None:
         max_train_steps = steps_per_epoch * config.num_train_epochs

@@ -21,7 +21,8 @@ import torch
 from transformers import AutoModel, AutoModelForMaskedLM
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
-from sinusoidal_encoder_training.arguments import FlagConfig, parse_config
+from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
+from sinusoidal_encoder_training.command_line import UsageError, command
 
 TASKS = {"fill-mask": (AutoModelForMaskedLM, "logits"), "feature-extraction": (AutoModel, "last_hidden_state")}
 
@@ -42,7 +43,7 @@ def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int 
     """Write `model` to `path` as ONNX (torch.onnx's dynamo exporter) with dynamic batch and sequence axes."""
     model = model.eval()
     if model.config.vocab_size < 3:
-        raise ValueError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
+        raise UsageError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
     example = torch.arange(1, 17).remainder(model.config.vocab_size - 1).add(1).expand(2, 16)  # (2, 16)
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
     axes = {0: batch, 1: sequence}
@@ -77,7 +78,7 @@ def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 
         (got,) = session.run([output_name], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
         worst = max(worst, float((torch.from_numpy(got) - expected)[mask.bool()].abs().max()))
     if worst > atol:
-        raise ValueError(f"onnxruntime differs from PyTorch by {worst:.2e} on real tokens (tolerance {atol:g}).")
+        raise UsageError(f"onnxruntime differs from PyTorch by {worst:.2e} on real tokens (tolerance {atol:g}).")
     return worst
 
 
@@ -97,8 +98,9 @@ class OnnxExportConfig(FlagConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_model_source("MODEL", self.model)
         if self.output is None and not os.path.isdir(self.model):
-            raise ValueError("--output is needed when the model is not a local folder.")
+            raise UsageError("--output is needed when the model is not a local folder.")
 
     @property
     def output_path(self) -> str:
@@ -124,5 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"onnxruntime against PyTorch, real tokens, lengths 8 and 300: max abs difference {worst:.2e}")
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -27,7 +27,8 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
-from sinusoidal_encoder_training.arguments import TrainingConfig, parse_config
+from sinusoidal_encoder_training.arguments import TrainingConfig, check_model_source, parse_config
+from sinusoidal_encoder_training.command_line import UsageError, command
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
     DataConfig,
@@ -105,14 +106,17 @@ class PretrainingConfig(DataConfig, TrainingConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.streaming and self.max_train_steps is None:
-            raise ValueError("--streaming needs --max_train_steps (a stream has no known length).")
+            raise UsageError("--streaming needs --max_train_steps (a stream has no known length).")
         if self.model_name_or_path and self.config_overrides:
-            raise ValueError("--config_overrides applies to new models, not to --model_name_or_path.")
+            raise UsageError("--config_overrides applies to new models, not to --model_name_or_path.")
         if self.max_seq_length < 8:
-            raise ValueError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
+            raise UsageError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
         if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+            raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
+        check_model_source("--config_name", self.config_name, tuple(MODEL_SIZES))
+        check_model_source("--model_name_or_path", self.model_name_or_path)
+        check_model_source("--tokenizer_name", self.tokenizer_name)
 
     @property
     def length_schedule(self) -> tuple[tuple[int, int], ...]:
@@ -134,14 +138,14 @@ def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[
         try:
             length, step = (int(part) for part in item.split(":"))
         except ValueError:
-            raise ValueError(f"--seq_length_schedule: {item!r} is not LENGTH:STEP (two integers).") from None
+            raise UsageError(f"--seq_length_schedule: {item!r} is not LENGTH:STEP (two integers).") from None
         if length < 2 or max_seq_length % length or length >= max_seq_length:
-            raise ValueError(
+            raise UsageError(
                 f"--seq_length_schedule: length {length} must divide --max_seq_length {max_seq_length} and be "
                 "shorter than it."
             )
         if step <= 0 or (schedule and (length <= schedule[-1][0] or step <= schedule[-1][1])):
-            raise ValueError(f"--seq_length_schedule: {text!r} needs rising lengths and rising positive steps.")
+            raise UsageError(f"--seq_length_schedule: {text!r} needs rising lengths and rising positive steps.")
         schedule.append((length, step))
     return tuple(schedule)
 
@@ -160,10 +164,10 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
         return
     for item in overrides.split(","):
         if "=" not in item:
-            raise ValueError(f"--config_overrides: {item!r} is not of the form field=value.")
+            raise UsageError(f"--config_overrides: {item!r} is not of the form field=value.")
         key, value = (part.strip() for part in item.split("=", 1))
         if not hasattr(config, key):
-            raise ValueError(f"--config_overrides: the config has no field {key!r}.")
+            raise UsageError(f"--config_overrides: the config has no field {key!r}.")
         old = getattr(config, key)
         if isinstance(old, str):  # text stays text (`position_mode=none` is the mode "none")
             new = value
@@ -171,22 +175,25 @@ def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None
             new = None
         elif isinstance(old, bool):
             if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"--config_overrides: {key} must be true or false, got {value!r}.")
+                raise UsageError(f"--config_overrides: {key} must be true or false, got {value!r}.")
             new = value.lower() in ("true", "1")
         elif isinstance(old, (int, float)):
             try:
                 new = type(old)(value)
             except ValueError:
-                raise ValueError(f"--config_overrides: {key} must be a number, got {value!r}.") from None
+                raise UsageError(f"--config_overrides: {key} must be a number, got {value!r}.") from None
         elif old is None:  # an optional field (long_input_attention_window): a number, or the text itself
             try:
                 new = json.loads(value)
             except json.JSONDecodeError:
                 new = value
         else:
-            raise ValueError(f"--config_overrides: the field {key!r} ({type(old).__name__}) cannot be set from text.")
+            raise UsageError(f"--config_overrides: the field {key!r} ({type(old).__name__}) cannot be set from text.")
         setattr(config, key, new)
-    config.check()
+    try:
+        config.check()
+    except ValueError as error:  # the model config's own check, which names the field
+        raise UsageError(f"--config_overrides: {error}") from error
 
 
 def load_tokenizer(config: PretrainingConfig):
@@ -310,7 +317,7 @@ def check_model(model: transformers.PreTrainedModel, tokenizer_size: int) -> Non
     that returns its mean whatever it is passed, as transformers' BertForMaskedLM does, would train and report at the
     wrong scale). Checked on four tokens in evaluation mode, which draws no random number."""
     if model.config.vocab_size < tokenizer_size:
-        raise ValueError(
+        raise UsageError(
             f"The model's vocabulary ({model.config.vocab_size}) is smaller than the tokenizer's ({tokenizer_size})."
         )
     device = next(model.parameters()).device
@@ -321,7 +328,7 @@ def check_model(model: transformers.PreTrainedModel, tokenizer_size: int) -> Non
         summed, halved = (model(input_ids=ids, labels=ids, num_items_in_batch=n).loss for n in (1, 2))
     model.train(training)
     if not torch.allclose(summed, 2 * halved):
-        raise ValueError(
+        raise UsageError(
             f"{type(model).__name__} does not divide its summed loss by `num_items_in_batch` (it returned "
             f"{summed.item():.4g} for 1 and {halved.item():.4g} for 2): pretraining needs the summed masked-token "
             "loss. Override its forward to honour `num_items_in_batch`, as transformers' Trainer passes it."
@@ -431,5 +438,7 @@ def main(argv: list[str] | None = None) -> None:
         result.accelerator.end_training()
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.command_line import UsageError, command
 from sinusoidal_encoder_training.data import (
     DataConfig,
     iterate_texts,
@@ -62,7 +63,7 @@ class TokenizerTrainingConfig(DataConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.vocab_size <= len(SPECIAL_TOKENS) + 256:
-            raise ValueError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
+            raise UsageError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
 
 
 def build_tokenizer(
@@ -137,5 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"trained a byte-level BPE of {size:,} tokens on {result.source}; saved to {folder}")
 
 
+cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+
 if __name__ == "__main__":
-    main()
+    cli()
