@@ -474,3 +474,20 @@ def test_bad_settings_found_in_the_data_or_the_model_fail_before_training(tmp_pa
     with pytest.raises(ValueError, match=message):
         pretraining.pretrain(config)
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_path, monkeypatch):
+    """The model config (preset, sizes, `--config_overrides`) is built and checked before any data is loaded."""
+    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.command_line import UsageError
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the data was read before the config was checked")
+
+    monkeypatch.setattr(pretraining, "load_raw_datasets", must_not_load)
+    config = pretraining.PretrainingConfig(
+        output_dir=str(tmp_path / "out"), config_name="tiny", config_overrides="position_mode=random_offset"
+    )
+    with pytest.raises(UsageError, match="--config_overrides: `position_mode='random_offset'` needs"):
+        pretraining.pretrain(config)
+    assert not (tmp_path / "out" / "checkpoints").exists()

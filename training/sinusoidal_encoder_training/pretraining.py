@@ -204,24 +204,36 @@ def load_tokenizer(config: PretrainingConfig):
     return tokenizer
 
 
-def build_model(config: PretrainingConfig, tokenizer) -> transformers.PreTrainedModel:
-    """The model the settings describe, with `sparse_prediction=True` where it has the option: training and
-    evaluation need logits at the masked positions only (the exported folder carries the published default, see
-    `export.published_config`)."""
+def build_model_config(config: PretrainingConfig, tokenizer) -> transformers.PretrainedConfig:
+    """The config of the model the settings describe (a preset or a config source, sized for the tokenizer and the
+    training length, with `--config_overrides`; or that of `--model_name_or_path`), with `sparse_prediction=True`
+    where it has the option: training and evaluation need logits at the masked positions only (the exported folder
+    carries the published default, see `export.published_config`). Cheap, and random-free: `pretrain` builds it
+    before loading any data, so that a bad override stops the run before work starts."""
     if config.model_name_or_path:
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
-        sparse = {"sparse_prediction": True} if hasattr(model_config, "sparse_prediction") else {}
-        return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, **sparse)
-    if config.config_name in MODEL_SIZES:
-        model_config = sinusoidal_encoder.SinusoidalEncoderConfig(**MODEL_SIZES[config.config_name])
     else:
-        model_config = AutoConfig.from_pretrained(config.config_name)
-    model_config.vocab_size = len(tokenizer)
-    model_config.pad_token_id = tokenizer.pad_token_id
-    model_config.max_position_embeddings = config.max_seq_length
+        if config.config_name in MODEL_SIZES:
+            model_config = sinusoidal_encoder.SinusoidalEncoderConfig(**MODEL_SIZES[config.config_name])
+        else:
+            model_config = AutoConfig.from_pretrained(config.config_name)
+        model_config.vocab_size = len(tokenizer)
+        model_config.pad_token_id = tokenizer.pad_token_id
+        model_config.max_position_embeddings = config.max_seq_length
     if hasattr(model_config, "sparse_prediction"):
         model_config.sparse_prediction = True
-    apply_overrides(model_config, config.config_overrides)
+    apply_overrides(model_config, config.config_overrides)  # (none with --model_name_or_path: refused by the config)
+    return model_config
+
+
+def build_model(
+    config: PretrainingConfig, tokenizer, model_config: transformers.PretrainedConfig | None = None
+) -> transformers.PreTrainedModel:
+    """The model the settings describe (`build_model_config`, unless given): new weights, or those of
+    `--model_name_or_path`."""
+    model_config = model_config if model_config is not None else build_model_config(config, tokenizer)
+    if config.model_name_or_path:
+        return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, config=model_config)
     return AutoModelForMaskedLM.from_config(model_config)
 
 
@@ -345,13 +357,15 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
     tokenizer = load_tokenizer(config)
     if model is not None:
         check_model(model, len(tokenizer))
+    else:
+        model_config = build_model_config(config, tokenizer)
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
         packed = tokenize_and_pack(
             raw, tokenizer, config.max_seq_length, config.text_column_name, config.preprocessing_num_workers
         )
     if model is None:
-        model = build_model(config, tokenizer)
+        model = build_model(config, tokenizer, model_config)
 
     streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
