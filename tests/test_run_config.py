@@ -226,26 +226,23 @@ def test_the_documented_flags_are_found():
     ],
 )
 def test_a_bad_flag_stops_the_command_with_a_message_naming_it(tmp_path, script, argv, message):
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "training" / f"{script}.py"), *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env(),
-    )
+    def command(**extra_env):
+        path = str(REPO / "training" / f"{script}.py")
+        return subprocess.run(
+            [sys.executable, path, *argv],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env(**extra_env),
+        )
+
+    proc = command()
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]  # one line, no traceback
     assert lines[0].startswith(f"{script}.py: error: ") and message in lines[0], lines
     assert "Running training" not in proc.stdout and not (tmp_path / "x").exists()
-    debug = subprocess.run(
-        [sys.executable, str(REPO / "training" / f"{script}.py"), *argv],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env(SINUSOIDAL_ENCODER_DEBUG="1"),
-    )
+    debug = command(SINUSOIDAL_ENCODER_DEBUG="1")
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "UsageError" in debug.stderr
 
 
