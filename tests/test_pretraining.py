@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import torch
 import yaml
 from conftest import (
+    PRETRAIN,
     TINY,
     VOCAB_SIZE,
     env,
@@ -491,3 +493,24 @@ def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_pat
     with pytest.raises(UsageError, match="--config_overrides: `position_mode='random_offset'` needs"):
         pretraining.pretrain(config)
     assert not (tmp_path / "out" / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp_path, small_corpus):
+    """SIGINT (Ctrl-C) during training: no KeyboardInterrupt traceback, one line naming the newest complete
+    checkpoint and the same command with `--resume_from_checkpoint latest`, exit status 130."""
+    out = tmp_path / "out"
+    cmd = pretrain_cmd(small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_4").exists():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    last = stderr.replace("\r", "\n").strip().splitlines()[-1]
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    newest = sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))[-1]
+    assert last.startswith("pretrain.py: interrupted at step "), last
+    assert f"the newest checkpoint is {out / 'checkpoints' / f'step_{newest}'}" in last, last
+    assert last.endswith(f"resume with: python {PRETRAIN} {shlex.join(cmd[2:])} --resume_from_checkpoint latest")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shlex
+import sys
 import time
 from itertools import islice
 from typing import Any
@@ -17,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .arguments import TrainingConfig
 from .checkpoints import resolve_checkpoint, save_checkpoint
-from .command_line import UsageError
+from .command_line import Interrupted, UsageError
 from .metrics_log import MetricsLog, format_metrics
 
 
@@ -248,75 +250,80 @@ def train(
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_units = torch.zeros((), dtype=torch.float64, device=device)
     window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
-    while progress.completed_steps < max_train_steps:
-        task.start_epoch(progress.epoch)
-        loader = train_loader
-        if progress.batches_in_epoch:
-            loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
-        batches = iter(loader)
+    try:
         while progress.completed_steps < max_train_steps:
-            step_start = time.perf_counter()
-            window = list(islice(batches, config.gradient_accumulation_steps))
-            if len(window) < config.gradient_accumulation_steps:  # end of the epoch: a partial window is not a step
-                break
-            task.begin_step(progress.completed_steps)
-            local = torch.stack(
-                [sum(task.loss_units(b) for b in window).double(), sum(task.tokens(b) for b in window).double()]
-            ).to(device)
-            units, tokens = accelerator.reduce(local, reduction="sum").tolist()
-            # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
-            scale = world * config.gradient_accumulation_steps / max(units, 1.0)
-            for batch in window:
-                with accelerator.accumulate(model):
-                    loss_sum, count = task.loss_sums(model, batch)
-                    accelerator.backward(loss_sum * scale)
-                    if accelerator.sync_gradients and config.max_grad_norm > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
-                window_loss += loss_sum.detach().double()
-                window_units += count.double()
-            progress.completed_steps += 1
-            progress.batches_in_epoch += config.gradient_accumulation_steps
-            progress.tokens_seen += int(tokens)
-            window_tokens += int(tokens)
-            window_time += time.perf_counter() - step_start
-            bar.update(1)
+            task.start_epoch(progress.epoch)
+            loader = train_loader
+            if progress.batches_in_epoch:
+                loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+            batches = iter(loader)
+            while progress.completed_steps < max_train_steps:
+                step_start = time.perf_counter()
+                window = list(islice(batches, config.gradient_accumulation_steps))
+                if len(window) < config.gradient_accumulation_steps:  # end of the epoch: a partial window is no step
+                    break
+                task.begin_step(progress.completed_steps)
+                local = torch.stack(
+                    [sum(task.loss_units(b) for b in window).double(), sum(task.tokens(b) for b in window).double()]
+                ).to(device)
+                units, tokens = accelerator.reduce(local, reduction="sum").tolist()
+                # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
+                scale = world * config.gradient_accumulation_steps / max(units, 1.0)
+                for batch in window:
+                    with accelerator.accumulate(model):
+                        loss_sum, count = task.loss_sums(model, batch)
+                        accelerator.backward(loss_sum * scale)
+                        if accelerator.sync_gradients and config.max_grad_norm > 0:
+                            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                        optimizer.step()
+                        scheduler.step()
+                        optimizer.zero_grad()
+                    window_loss += loss_sum.detach().double()
+                    window_units += count.double()
+                progress.completed_steps += 1
+                progress.batches_in_epoch += config.gradient_accumulation_steps
+                progress.tokens_seen += int(tokens)
+                window_tokens += int(tokens)
+                window_time += time.perf_counter() - step_start
+                bar.update(1)
 
-            step = progress.completed_steps
-            if step % config.logging_steps == 0 or step == max_train_steps:
-                loss = (accelerator.reduce(window_loss, "sum") / accelerator.reduce(window_units, "sum")).item()
-                metrics = {
-                    "train_loss": loss,
-                    "learning_rate": scheduler.get_last_lr()[0],
-                    "tokens_per_second": window_tokens / window_time,
-                    "tokens_seen": progress.tokens_seen,
-                    "epoch": progress.epoch,
-                }
-                bar.set_postfix(
-                    loss=f"{loss:.3f}",
-                    lr=f"{metrics['learning_rate']:.2e}",
-                    tok_s=f"{window_tokens / window_time:,.0f}",
-                )
-                metrics_log.log(metrics, step)
-                window_loss.zero_()
-                window_units.zero_()
-                window_time, window_tokens = 0.0, 0
-            if config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps:
-                evaluation = task.evaluate(model, eval_loader, accelerator)
-                metrics_log.log(evaluation, step)
-                if accelerator.is_local_main_process:
-                    bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
-            if config.checkpointing_steps and step % config.checkpointing_steps == 0:
-                save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
-        if progress.completed_steps >= max_train_steps:
-            break
-        if streaming:
-            accelerator.print(f"The stream ended after {progress.completed_steps} steps, before --max_train_steps.")
-            break
-        progress.epoch += 1
-        progress.batches_in_epoch = 0
+                step = progress.completed_steps
+                if step % config.logging_steps == 0 or step == max_train_steps:
+                    loss = (accelerator.reduce(window_loss, "sum") / accelerator.reduce(window_units, "sum")).item()
+                    metrics = {
+                        "train_loss": loss,
+                        "learning_rate": scheduler.get_last_lr()[0],
+                        "tokens_per_second": window_tokens / window_time,
+                        "tokens_seen": progress.tokens_seen,
+                        "epoch": progress.epoch,
+                    }
+                    bar.set_postfix(
+                        loss=f"{loss:.3f}",
+                        lr=f"{metrics['learning_rate']:.2e}",
+                        tok_s=f"{window_tokens / window_time:,.0f}",
+                    )
+                    metrics_log.log(metrics, step)
+                    window_loss.zero_()
+                    window_units.zero_()
+                    window_time, window_tokens = 0.0, 0
+                if config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps:
+                    evaluation = task.evaluate(model, eval_loader, accelerator)
+                    metrics_log.log(evaluation, step)
+                    if accelerator.is_local_main_process:
+                        bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
+                if config.checkpointing_steps and step % config.checkpointing_steps == 0:
+                    save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
+            if progress.completed_steps >= max_train_steps:
+                break
+            if streaming:
+                steps = progress.completed_steps
+                accelerator.print(f"The stream ended after {steps} steps, before --max_train_steps.")
+                break
+            progress.epoch += 1
+            progress.batches_in_epoch = 0
+    except KeyboardInterrupt:  # Ctrl-C: one line on where training stands and how to go on (command_line.py)
+        bar.close()
+        raise Interrupted(interruption_line(config, progress.completed_steps)) from None
     bar.close()
 
     final = task.evaluate(model, eval_loader, accelerator)
@@ -326,6 +333,19 @@ def train(
     if summary:
         accelerator.print(summary)
     return TrainingResult(progress, final, max_train_steps)
+
+
+def interruption_line(config: TrainingConfig, step: int) -> str:
+    """What a run interrupted at optimizer step `step` tells its user: the newest complete checkpoint and the
+    command that resumes from it (this command, with `--resume_from_checkpoint latest`)."""
+    newest = resolve_checkpoint(config.output_dir, "latest")
+    if newest is None:
+        return f"interrupted at step {step}, before the first checkpoint (--checkpointing_steps): nothing to resume."
+    script, *args = sys.argv
+    command = ["python", script] if script.endswith(".py") else [os.path.basename(script)]
+    if "--resume_from_checkpoint" not in args:
+        args += ["--resume_from_checkpoint", "latest"]
+    return f"interrupted at step {step}; the newest checkpoint is {newest}; resume with: {shlex.join(command + args)}"
 
 
 def unlabel_repeated_examples(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
