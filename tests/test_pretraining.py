@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -321,6 +322,46 @@ def test_an_interrupted_checkpoint_save_is_never_picked(tmp_path, corpus):
     (broken / "model.safetensors").write_text("half written")
     proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "6", "--resume_from_checkpoint", "latest"))
     assert f"Resuming from {out / 'checkpoints' / 'step_4'}" in proc.stdout
+
+
+@pytest.mark.slow
+def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, corpus):
+    """A checkpoint is taken only if it is whole (its manifest's files present at their sizes, safetensors readable):
+    a truncated model file, a deleted optimizer file or a garbled header in the newer checkpoints is named and
+    skipped, and the run resumes from the newest whole one. Passed by path, a damaged checkpoint stops the command
+    before any work with one line naming the damage."""
+    from sinusoidal_encoder_training.checkpoints import MANIFEST, checkpoint_damage
+
+    out = tmp_path / "out"
+    run(pretrain_cmd(corpus, out, "--max_train_steps", "6", "--checkpointing_steps", "2"))
+    folders = {step: out / "checkpoints" / f"step_{step}" for step in (2, 4, 6)}
+    assert all((folder / MANIFEST).exists() and checkpoint_damage(str(folder)) is None for folder in folders.values())
+    model = folders[6] / "model.safetensors"
+    model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])  # cut short, as by a full disk
+    (folders[4] / "optimizer.bin").unlink()
+    assert "model.safetensors has" in checkpoint_damage(str(folders[6]))
+    assert checkpoint_damage(str(folders[4])) == "optimizer.bin is missing"
+    proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "8", "--resume_from_checkpoint", "latest"))
+    assert f"Skipping the damaged checkpoint {folders[6]}: model.safetensors has" in proc.stdout
+    assert f"Skipping the damaged checkpoint {folders[4]}: optimizer.bin is missing" in proc.stdout
+    assert f"Resuming from {folders[2]}" in proc.stdout
+
+    garbled = tmp_path / "garbled"
+    shutil.copytree(folders[2], garbled)
+    header = garbled / "model.safetensors"
+    header.write_bytes(b"\xff" * 8 + header.read_bytes()[8:])  # same size, unreadable header
+    assert "model.safetensors cannot be read" in checkpoint_damage(str(garbled))
+    stopped = subprocess.run(
+        pretrain_cmd(corpus, tmp_path / "again", "--resume_from_checkpoint", str(garbled)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(),
+    )
+    lines = stopped.stderr.strip().splitlines()
+    expected = f"pretrain.py: error: --resume_from_checkpoint {str(garbled)!r} is damaged: model.safetensors cannot"
+    assert stopped.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), stopped.stderr[-2000:]
+    assert "Pass another checkpoint, or 'latest'" in stopped.stderr and not (tmp_path / "again").exists()
 
 
 @pytest.mark.slow

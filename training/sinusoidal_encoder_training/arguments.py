@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
+from .checkpoints import checkpoint_damage
 from .command_line import UsageError
 
 ConfigT = TypeVar("ConfigT", bound="FlagConfig")
@@ -195,8 +196,17 @@ class OutputConfig(FlagConfig):
         check_positive(self, "logging_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit")
         if self.push_to_hub and not self.hub_model_id:
             raise UsageError("--push_to_hub needs --hub_model_id.")
-        if self.resume_from_checkpoint not in (None, "latest") and not os.path.isdir(self.resume_from_checkpoint):
-            raise UsageError(f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is not a checkpoint folder.")
+        if self.resume_from_checkpoint not in (None, "latest"):
+            if not os.path.isdir(self.resume_from_checkpoint):
+                raise UsageError(
+                    f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is not a checkpoint folder."
+                )
+            damage = checkpoint_damage(self.resume_from_checkpoint)
+            if damage is not None:
+                raise UsageError(
+                    f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is damaged: {damage}. Pass another "
+                    "checkpoint, or 'latest' for the newest whole one."
+                )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

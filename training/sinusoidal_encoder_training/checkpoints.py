@@ -1,15 +1,20 @@
-"""Atomic checkpoints (accelerate's full training state, written to a temporary folder and renamed when complete)
-and how a run finds the one to resume from."""
+"""Atomic checkpoints (accelerate's full training state, written to a temporary folder and renamed when complete,
+with a manifest of its files and their sizes) and how a run finds the one to resume from: the newest that is whole,
+a damaged one (a file missing, cut short, or a safetensors file that cannot be read) named and skipped."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+from typing import TYPE_CHECKING
 
-from accelerate import Accelerator
+if TYPE_CHECKING:  # accelerate is imported by the code that saves (arguments.py, which checks a path, needs not)
+    from accelerate import Accelerator
 
 CHECKPOINT_PATTERN = re.compile(r"^step_(\d+)$")
+MANIFEST = "manifest.json"  # {relative path: size in bytes} of every file of the checkpoint, written last
 
 
 def checkpoints_dir(output_dir: str) -> str:
@@ -29,13 +34,51 @@ def complete_checkpoints(output_dir: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def resolve_checkpoint(output_dir: str, requested: str | None) -> str | None:
+def checkpoint_damage(path: str) -> str | None:
+    """Why the checkpoint folder `path` cannot be resumed from, or None when it is whole: every file of its manifest
+    present with its recorded size, and every safetensors file's header readable. (A checkpoint from before the
+    manifest needs the files accelerate always writes: the model weights, the optimizer and the RNG states.)"""
+    manifest = os.path.join(path, MANIFEST)
+    if os.path.isfile(manifest):
+        with open(manifest) as handle:
+            sizes = json.load(handle)
+    else:
+        names = os.listdir(path) if os.path.isdir(path) else []
+        for kind, prefixes in (("model weights", ("model", "pytorch_model")), ("optimizer state", ("optimizer",))):
+            if not any(name.startswith(prefixes) for name in names):
+                return f"no {kind} file"
+        sizes = {name: None for name in names if os.path.isfile(os.path.join(path, name))}
+    for name, size in sizes.items():
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            return f"{name} is missing"
+        if size is not None and os.path.getsize(file) != size:
+            return f"{name} has {os.path.getsize(file):,} bytes, not the {size:,} written"
+        if name.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            try:
+                with safe_open(file, framework="pt"):
+                    pass
+            except Exception as error:  # safetensors raises its own error types for a damaged header
+                return f"{name} cannot be read ({error})"
+    return None
+
+
+def resolve_checkpoint(output_dir: str, requested: str | None, report=None) -> str | None:
+    """The checkpoint to resume from: None without `requested`; for "latest", the newest whole checkpoint of
+    `output_dir`, each damaged newer one passed to `report(path, reason)` and skipped; else `requested` itself."""
     if requested is None:
         return None
-    if requested == "latest":
-        found = complete_checkpoints(output_dir)
-        return found[-1][1] if found else None
-    return requested
+    if requested != "latest":
+        return requested
+    for _, path in reversed(complete_checkpoints(output_dir)):
+        damage = checkpoint_damage(path)
+        if damage is None:
+            return path
+        if report is not None:
+            report(path, damage)
+    return None
 
 
 def _fsync_dir(path: str) -> None:
@@ -59,10 +102,17 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
     accelerator.save_state(temporary)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        sizes = {}
         for directory, _, files in os.walk(temporary):
             for name in files:
-                with open(os.path.join(directory, name), "rb") as handle:
+                file = os.path.join(directory, name)
+                with open(file, "rb") as handle:
                     os.fsync(handle.fileno())
+                sizes[os.path.relpath(file, temporary)] = os.path.getsize(file)
+        with open(os.path.join(temporary, MANIFEST), "w") as handle:
+            json.dump(sizes, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
         shutil.rmtree(final, ignore_errors=True)
         os.rename(temporary, final)
         _fsync_dir(folder)

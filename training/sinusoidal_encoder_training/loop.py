@@ -205,7 +205,11 @@ def train(
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
 
-    checkpoint = resolve_checkpoint(config.output_dir, config.resume_from_checkpoint)
+    checkpoint = resolve_checkpoint(
+        config.output_dir,
+        config.resume_from_checkpoint,
+        report=lambda path, damage: accelerator.print(f"Skipping the damaged checkpoint {path}: {damage}"),
+    )
     if checkpoint is not None:
         accelerator.print(f"Resuming from {checkpoint}")
         accelerator.load_state(checkpoint)
