@@ -6,15 +6,25 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist (`scripts/test.sh` runs two): "gw0", "gw1", ...
+if WORKER:
+    # one thread per worker (the workers share the cores), and a code cache of its own for `trust_remote_code`
+    # (transformers copies a model's code there; two workers writing one cache could race)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix=f"hf-modules-{WORKER}-"))
 
-import pytest
-import torch
+import pytest  # noqa: E402  (after the environment that transformers reads at import)
+import torch  # noqa: E402
 
-import sinusoidal_encoder as se
+import sinusoidal_encoder as se  # noqa: E402
+
+if WORKER:
+    torch.set_num_threads(1)
 
 VOCAB_SIZE = 99
 
@@ -155,3 +165,49 @@ def run(cmd, **extra_env):
 
 def metrics(output_dir):
     return [json.loads(line) for line in (Path(output_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+class FakeHfApi:
+    """Stands in for huggingface_hub's `HfApi` offline: `whoami` answers for `user` (member of `orgs`, a token of
+    `role`) or raises `fail_whoami`; `create_repo` and `create_commit` are recorded in `calls`, and the committed
+    files' contents in `uploaded` ({path in repo: bytes}); `create_commit` raises `fail_commit` when set."""
+
+    def __init__(self, user="me", orgs=(), role="write", fail_whoami=None, fail_commit=None):
+        self.user, self.orgs, self.role = user, orgs, role
+        self.fail_whoami, self.fail_commit = fail_whoami, fail_commit
+        self.calls, self.uploaded = [], {}
+
+    def __call__(self, *args, **kwargs):  # monkeypatched in for the class: `HfApi()` gives this instance
+        return self
+
+    def whoami(self, token=None, **kwargs):
+        if self.fail_whoami is not None:
+            raise self.fail_whoami
+        orgs = [{"name": name} for name in self.orgs]
+        return {"name": self.user, "orgs": orgs, "auth": {"accessToken": {"role": self.role}}}
+
+    def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
+        self.calls.append(("create_repo", repo_id, private, exist_ok))
+
+    def create_commit(self, repo_id, operations, commit_message=None, **kwargs):
+        self.calls.append(("create_commit", repo_id, commit_message))
+        if self.fail_commit is not None:
+            raise self.fail_commit
+        for operation in operations:
+            content = operation.path_or_fileobj
+            self.uploaded[operation.path_in_repo] = (
+                content if isinstance(content, bytes) else Path(content).read_bytes()
+            )
+        return f"https://huggingface.co/{repo_id}/commit/fake"
+
+
+def folder_digest(folder) -> dict[str, str]:
+    """{relative path: sha256} of every file under `folder`: to show that a command left it as it was."""
+    import hashlib
+
+    root = Path(folder)
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }

@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import finetuning, hub
+from sinusoidal_encoder_training import export, finetuning
+from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
@@ -95,7 +96,10 @@ def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
     assert front["library_name"] == "transformers" and front["license"] == "apache-2.0" and front["language"] == ["en"]
     metrics = {m["type"]: m["value"] for m in front["model-index"][0]["results"][0]["metrics"]}
     assert metrics["accuracy"] == pytest.approx(final["eval_accuracy"], abs=1e-4)
-    assert "tfidf_logreg_accuracy" in metrics and "majority_accuracy" in metrics
+    # the baselines are in the card's text, not in the model-index (they are not this model's results)
+    assert not any(name.startswith(("tfidf", "majority")) for name in metrics)
+    assert f"- tfidf_logreg_accuracy: {final['tfidf_logreg_accuracy']:.4f}" in card.split("Baselines on the same")[1]
+    assert "nats per example" in card and "masked" not in card.split("## Pictures")[1]  # the loss curve's caption
     for section in (
         "## Intended uses and limits",
         "## How to use",
@@ -204,7 +208,14 @@ def test_token_classification(tmp_path, pretrained):
     assert isinstance(model, se.SinusoidalEncoderForTokenClassification)
     tagged = pipeline("token-classification", model=str(out), ignore_labels=[])("print the list")
     assert tagged and {t["entity"] for t in tagged} <= set(config["id2label"].values())
-    assert "token-classification" in yaml.safe_load((out / "README.md").read_text().split("---")[1])["pipeline_tag"]
+    card = (out / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["pipeline_tag"] == "token-classification"
+    # local data and a local base model: named, never by a path of this machine; no language claimed, no `datasets:`
+    assert str(tmp_path / "t.jsonl") not in card and pretrained not in card and "base_model" not in front
+    assert "local files: `t.jsonl` (training) and `v.jsonl` (validation)" in card
+    assert "language" not in front and "datasets" not in front
+    assert "English" not in card and "loss (nats per labelled token)" in card
 
 
 def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
@@ -226,6 +237,9 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
     assert [label for _, label in labelled] == [0, 1, 2]
     assert len(pieces) > 5  # "sinusoidally" is several pieces, only the first is labelled
     assert labelled[0][0] == pieces[1] and encoded["labels"][0] == -100  # [CLS] is never labelled
+    # the words get the tokens of running text (with the space marker after the first word): those of inference
+    assert encoded["input_ids"] == tokenizer("sinusoidally encoded positions")["input_ids"]
+    assert [piece for piece, _ in labelled][1:] == ["Ġencoded", "Ġpositions"]
 
 
 @pytest.mark.slow
@@ -312,29 +326,35 @@ def test_model_init_fine_tunes_a_model_of_your_making(tmp_path, pretrained, toke
     assert torch.equal(models[0].classifier.weight, models[1].classifier.weight)  # seeded: the same run twice
 
 
-def test_publish_uploads_an_exported_folder_with_a_fake_api(tmp_path, pretrained):
-    calls = []
+def test_baselines_need_scikit_learn_before_any_work(monkeypatch, pretrained):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # not installed
+    with pytest.raises(UsageError, match=r"--baselines needs the 'baselines' extra.*pip install"):
+        finetuning.FinetuningConfig(model_name_or_path=pretrained, output_dir="out", baselines=True)
+    builtin = finetuning.FinetuningConfig(model_name_or_path=pretrained, output_dir="out")
+    assert not builtin.with_baselines  # the built-in task goes without them
 
-    class FakeHfApi:
-        def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
-            calls.append(("create_repo", repo_id, private, exist_ok))
 
-        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
-            calls.append(("upload_folder", repo_id, folder_path, tuple(ignore_patterns or ())))
-            return "commit-url"
+@pytest.mark.slow
+def test_a_failing_optional_step_loses_no_model(tmp_path, pretrained, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the baselines broke")
 
-    folder = tmp_path / "model"
-    folder.mkdir()
-    for name in os.listdir(pretrained):
-        (folder / name).write_bytes((Path(pretrained) / name).read_bytes())
-    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# card")
-    (folder / "checkpoints" / "step_1").mkdir(parents=True)
-    assert hub.main([str(folder), "--hub_model_id", "me/tiny", "--private"], api=FakeHfApi()) == "commit-url"
-    assert calls[0] == ("create_repo", "me/tiny", True, True)
-    assert calls[1][:3] == ("upload_folder", "me/tiny", str(folder)) and "checkpoints/*" in calls[1][3]
-    (folder / "README.md").unlink()
-    with pytest.raises(ValueError, match=r"README\.md"):
-        hub.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
+    monkeypatch.setattr(finetuning, "run_baselines", broken)
+    monkeypatch.setattr(export, "draw_pictures", broken)
+    out = tmp_path / "classifier"
+    final = run_finetune(
+        model_name_or_path=pretrained,
+        output_dir=str(out),
+        max_train_samples=32,
+        max_eval_samples=16,
+        max_train_steps=1,
+    )
+    shown = capsys.readouterr().out
+    assert "could not score the baselines: RuntimeError: the baselines broke" in shown
+    assert "could not draw the pictures: RuntimeError" in shown
+    assert "eval_accuracy" in final and "majority_accuracy" not in final
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", "eval_results.json"):
+        assert (out / name).exists(), name
 
 
 @pytest.mark.slow

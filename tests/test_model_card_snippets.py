@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, tiny_config
+from conftest import REPO, FakeHfApi, folder_digest, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import hub
@@ -77,25 +77,19 @@ def test_card_snippets_run_as_written(tmp_path, tokenizer, pipeline_tag):
         assert "score" in proc.stdout  # the pipeline printed its predictions
 
 
-def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer):
+def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
-    uploaded = {}
-
-    class FakeHfApi:
-        def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
-            pass
-
-        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
-            uploaded["card"] = (folder_path + "/README.md", open(folder_path + "/README.md").read())
-            return "commit-url"
-
-    hub.main([str(folder), "--hub_model_id", "me/tiny-encoder"], api=FakeHfApi())
-    card = uploaded["card"][1]
+    before = folder_digest(folder)
+    api = FakeHfApi()
+    hub.main([str(folder), "--hub_model_id", "me/tiny-encoder"], api=api)
+    card = api.uploaded["README.md"].decode()
     assert str(folder) not in card
     for block in python_blocks(card):
         assert '"me/tiny-encoder"' in block
     assert "name: me/tiny-encoder" in card  # the model-index
     assert textwrap.dedent(card).startswith("---")
+    assert folder_digest(folder) == before  # the local card still loads the local folder
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, mode
     command = [sys.executable, str(REPO / "training" / "export_onnx.py"), str(tmp_path / "model"), "--task", task]
     proc = subprocess.run([*command, "--no_check"], capture_output=True, text=True, timeout=600, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "training mode" not in proc.stdout + proc.stderr  # exported as used: in eval mode (no dropout)
     path = tmp_path / "model" / "model.onnx"
     graph = onnx.load(str(path)).graph
     output_name = onnx_export.TASKS[task][1]

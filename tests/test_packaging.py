@@ -1,18 +1,29 @@
 """A wheel built from the repository carries what the training library reads (the shipped tokenizer and the model
 card template) and pretrains from another directory, in an environment where the repository is not importable
-(issue 16, item 9: `dirname(dirname(__file__))` pointed into site-packages)."""
+(issue 16, item 9: `dirname(dirname(__file__))` pointed into site-packages). Each of its console scripts works
+with every extra installed, and with the base install either works or names, in one line, the extra it needs
+(issue 30)."""
 
 from __future__ import annotations
 
+import email
+import functools
+import importlib.metadata
+import re
 import shutil
 import site
 import subprocess
 import sys
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from conftest import REPO, TINY, env, write_text_corpus
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from sinusoidal_encoder_training.command_line import EXTRA_OF_MODULE, UsageError, command, require_extra
 
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "model_card.md")
 SOURCE_DIRS = ("modeling", "training", "tokenizer_config")
@@ -35,11 +46,17 @@ def build_wheel(tmp_path: Path) -> Path:
 
 
 def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
-    """A new venv with the wheel installed and the test environment's dependencies (torch, transformers, ...)
-    visible through a .pth line; the checkout's editable install is not (its .pth is not processed there)."""
+    """A new venv with the wheel installed (its console scripts in the venv's bin/) and the test environment's
+    dependencies (torch, transformers, ...) visible through a .pth line, written after the install so that pip sees
+    no other sinusoidal-encoder; the checkout's editable install is not visible (its .pth is not processed there).
+    With HIDDEN_MODULES and HIDDEN_DISTRIBUTIONS (comma-separated) in its environment, those modules and their
+    metadata cannot be found (`HIDE_EXTRAS`), as if they were not installed."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    cmd = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -47,15 +64,124 @@ def fresh_environment(tmp_path: Path, wheel: Path) -> Path:
         check=True,
     ).stdout.strip()
     (Path(purelib) / "test_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", purelib, str(wheel)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    (Path(purelib) / "hide_extras.py").write_text(HIDE_EXTRAS)
+    (Path(purelib) / "zz_hide_extras.pth").write_text("import hide_extras\n")  # after test_dependencies.pth
     return python
 
 
-def test_wheel_carries_the_tokenizer_and_the_card_template(tmp_path):
-    wheel = zipfile.ZipFile(build_wheel(tmp_path))
-    names = set(wheel.namelist())
+HIDE_EXTRAS = """\"\"\"Every finder of sys.meta_path, filtered: the top-level modules of $HIDDEN_MODULES are not
+found (an import raises ModuleNotFoundError, importlib.util.find_spec returns None) and the distributions of
+$HIDDEN_DISTRIBUTIONS have no metadata.\"\"\"
+import os
+import re
+import sys
+
+MODULES = frozenset(filter(None, os.environ.get("HIDDEN_MODULES", "").split(",")))
+DISTRIBUTIONS = frozenset(filter(None, os.environ.get("HIDDEN_DISTRIBUTIONS", "").split(",")))
+
+
+class Hiding:
+    def __init__(self, finder):
+        self.finder = finder
+
+    def __getattr__(self, name):
+        return getattr(self.finder, name)
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in MODULES or not hasattr(self.finder, "find_spec"):
+            return None
+        return self.finder.find_spec(name, path, target)
+
+    def find_distributions(self, *args, **kwargs):
+        found = getattr(self.finder, "find_distributions", lambda *args, **kwargs: ())(*args, **kwargs)
+        return (d for d in found if re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower() not in DISTRIBUTIONS)
+
+
+if MODULES or DISTRIBUTIONS:
+    sys.meta_path[:] = [Hiding(finder) for finder in sys.meta_path]
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel of the checkout, built once for this module's tests."""
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, wheel) -> Path:
+    """The python of a fresh environment with the wheel installed, made once for this module's tests."""
+    return fresh_environment(tmp_path_factory.mktemp("installed"), wheel)
+
+
+def wheel_metadata(wheel: Path) -> tuple[dict[str, str], email.message.Message]:
+    """The console scripts (name: target) and the METADATA of a wheel."""
+    archive = zipfile.ZipFile(wheel)
+    (info,) = {name.split("/")[0] for name in archive.namelist() if ".dist-info/" in name}
+    entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    section = entry_points.split("[console_scripts]\n")[1].split("\n[")[0]
+    scripts = dict(line.split(" = ") for line in section.splitlines() if " = " in line)
+    return scripts, email.message_from_bytes(archive.read(f"{info}/METADATA"))
+
+
+def extra_requirements(metadata: email.message.Message) -> dict[str, set[str]]:
+    """Each extra of the wheel's METADATA (but the development tools, `dev`): the distributions it installs, those
+    of the extras it names (`sinusoidal-encoder[onnx]`) included."""
+    own = canonicalize_name(metadata["Name"])
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
+
+    def installs(extra: str) -> set[str]:
+        found = set()
+        for requirement in requirements:
+            if requirement.marker is None or not requirement.marker.evaluate({"extra": extra}):
+                continue
+            if canonicalize_name(requirement.name) == own:
+                found |= set().union(*(installs(named) for named in requirement.extras))
+            else:
+                found.add(canonicalize_name(requirement.name))
+        return found
+
+    return {extra: installs(extra) for extra in metadata.get_all("Provides-Extra") if extra != "dev"}
+
+
+def dependency_closure(names: set[str]) -> set[str]:
+    """`names` and what they require (installed here, without their extras), as canonical distribution names."""
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(requirement.name))
+    return seen
+
+
+@functools.cache
+def installed_modules() -> dict[str, list[str]]:
+    """The top-level modules installed here and the distributions that provide each (a scan of all of them)."""
+    return importlib.metadata.packages_distributions()
+
+
+def modules_of(distributions: set[str]) -> set[str]:
+    """The top-level modules that only `distributions` provide (installed here)."""
+    providers = installed_modules()
+    return {
+        module
+        for module, names in providers.items()
+        if {canonicalize_name(name) for name in names} <= distributions and not module.startswith("_")
+    }
+
+
+def test_wheel_carries_the_tokenizer_and_the_card_template(wheel):
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
     resources = "sinusoidal_encoder_training/resources/"
     assert {
         resources + "model_card.md",
@@ -64,17 +190,107 @@ def test_wheel_carries_the_tokenizer_and_the_card_template(tmp_path):
         "sinusoidal_encoder/modeling_sinusoidal_encoder.py",
         "sinusoidal_encoder_training/pretraining.py",
     } <= names
-    # every console script names a module of the wheel (the stage's, which holds its command line)
-    (entry_points,) = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
-    scripts = [line.split(" = ") for line in wheel.read(entry_points).decode().splitlines() if " = " in line]
+    # every console script names a function of the wheel's `console` module, which imports the stage's module
+    scripts, metadata = wheel_metadata(wheel)
     assert len(scripts) == 6
-    for _, target in scripts:
-        assert target.split(":")[0].replace(".", "/") + ".py" in names, target
+    for _, target in scripts.items():
+        module, function = target.split(":")
+        assert module == "sinusoidal_encoder_training.console", target
+        assert f"def {function}() -> None:" in archive.read(module.replace(".", "/") + ".py").decode(), target
+    extras = extra_requirements(metadata)
+    assert {"training", "onnx", "integrations", "all"} <= set(extras)
+    assert extras["all"] == set().union(*extras.values())  # everything a user needs
+    assert extras["onnx"] <= extras["integrations"]  # `integrations` still installs the ONNX export
+
+
+def test_every_module_of_an_extra_names_its_extra(wheel):
+    """`EXTRA_OF_MODULE` (what a missing module's one-line error names) covers each module of each extra's
+    distributions, with an extra that installs it."""
+    extras = extra_requirements(wheel_metadata(wheel)[1])
+    for extra, distributions in extras.items():
+        for distribution in distributions:
+            for module in modules_of({distribution}):
+                assert module in EXTRA_OF_MODULE, (extra, distribution, module)
+                assert distribution in extras[EXTRA_OF_MODULE[module]], (module, EXTRA_OF_MODULE[module])
+
+
+def test_a_missing_module_of_an_extra_is_one_line_naming_the_extra(monkeypatch, capsys):
+    """`require_extra` (a feature that needs an extra) and the command-line front (a module of an extra imported
+    as the command runs) end with one line: what needs which extra, and the pip command that adds it."""
+    assert require_extra("json").dumps([]) == "[]"
+    with pytest.raises(UsageError, match=r"^--pictures needs the 'plots' extra \(No module named 'no_such_\w+'\); "):
+        require_extra("no_such_module_here", extra="plots", what="--pictures")
+
+    def main():
+        raise ModuleNotFoundError("No module named 'onnxscript'", name="onnxscript")
+
+    monkeypatch.setattr(sys, "argv", ["sinusoidal-encoder-export-onnx"])
+    with pytest.raises(SystemExit) as stopped:
+        command(main)()
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        "sinusoidal-encoder-export-onnx: error: this command needs the 'onnx' extra (No module named 'onnxscript'); "
+        "add it with: pip install "
+    ), line
+    assert line.endswith("[onnx]'") or line.endswith("[onnx]' (in the repository)"), line
+
+    def elsewhere():
+        raise ModuleNotFoundError("No module named 'not_of_an_extra'", name="not_of_an_extra")
+
+    with pytest.raises(ModuleNotFoundError):  # not an extra's: a bug, with its traceback
+        command(elsewhere)()
+
+
+def run_help(python: Path, script: str, hidden: tuple[set[str], set[str]] | None = None):
+    """`SCRIPT --help` in the environment of `python`, with `hidden` (modules, distributions) not installed."""
+    modules, distributions = hidden or ((), ())
+    return subprocess.run(
+        [str(python.parent / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(HIDDEN_MODULES=",".join(sorted(modules)), HIDDEN_DISTRIBUTIONS=",".join(sorted(distributions))),
+    )
 
 
 @pytest.mark.slow
-def test_installed_wheel_pretrains_from_another_directory(tmp_path):
-    python = fresh_environment(tmp_path, build_wheel(tmp_path))
+def test_every_console_script_helps_with_the_extras_or_names_the_one_it_needs(wheel, installed):
+    """Every console script of the installed wheel, `--help`: with all extras, its usage; with the base install (the
+    extras' distributions and what only they require hidden), its usage or one line naming the extra that it needs
+    and the pip command that adds it, from the wheel it was installed from."""
+    scripts, metadata = wheel_metadata(wheel)
+    extras = extra_requirements(metadata)
+    base = {canonicalize_name(r.name) for r in map(Requirement, metadata.get_all("Requires-Dist")) if not r.marker}
+    distributions = dependency_closure(set().union(*extras.values())) - dependency_closure(base)
+    modules = modules_of(distributions)
+    assert {"datasets", "accelerate", "onnxscript", "sklearn", "matplotlib"} <= modules
+    runs = [(script, hidden) for script in scripts for hidden in (False, True)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        procs = pool.map(lambda run: run_help(installed, run[0], (modules, distributions) if run[1] else None), runs)
+        results = dict(zip(runs, procs, strict=True))
+    needed = {}
+    for (script, hidden), proc in results.items():
+        if proc.returncode == 0:
+            assert proc.stdout.startswith("usage: "), (script, hidden, proc.stdout[:500])
+            continue
+        assert hidden, (script, proc.returncode, proc.stderr[-3000:])
+        line = re.escape(f"{script}: error: this command needs the '") + r"(\w+)' extra \(No module named '(\w+)'\); "
+        match = re.fullmatch(line + re.escape("add it with: pip install '") + r"(.+)\[\1\]'\n", proc.stderr)
+        assert proc.returncode == 2 and match, (script, proc.returncode, proc.stderr[-3000:])
+        extra, module, source = match.groups()
+        assert extra in extras and Path(source) == wheel and module in modules, proc.stderr
+        needed[script] = extra
+    assert needed == {  # README, "Installed without the repository"
+        "sinusoidal-encoder-pretrain": "training",
+        "sinusoidal-encoder-finetune": "training",
+        "sinusoidal-encoder-train-tokenizer": "training",
+    }
+
+
+@pytest.mark.slow
+def test_installed_wheel_pretrains_from_another_directory(tmp_path, installed):
+    python = installed
     work = tmp_path / "elsewhere"
     train, validation = write_text_corpus(work / "data", n_train=25, n_validation=6)
     where = subprocess.run(
@@ -91,9 +307,8 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path):
     )
     assert where.returncode == 0, where.stderr[-3000:]
     module_file, tokenizer_dir = where.stdout.split()
-    assert Path(module_file).is_relative_to(tmp_path / "venv") and Path(tokenizer_dir).is_relative_to(
-        tmp_path / "venv"
-    )
+    venv = python.parent.parent
+    assert Path(module_file).is_relative_to(venv) and Path(tokenizer_dir).is_relative_to(venv)
 
     out = work / "model"
     cmd = [

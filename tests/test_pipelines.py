@@ -29,6 +29,18 @@ def test_fill_mask(tmp_path, tokenizer):
     assert results[0]["score"] >= results[1]["score"] >= results[2]["score"]
 
 
+def test_fill_mask_sequences_have_single_spaces(tmp_path, tokenizer):
+    """Issue 30, item 3: a word filled in after a space came with a second space ("a  the value")."""
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    fill = pipeline("fill-mask", model=folder)
+    text = f"The function returns a {tokenizer.mask_token} value."
+    results = fill(text, targets=[" the", " of", " list"])
+    assert len(results) == 3
+    for r in results:
+        assert "  " not in r["sequence"], r
+        assert r["sequence"] == text.replace(f" {tokenizer.mask_token}", r["token_str"]), r
+
+
 def test_feature_extraction(tmp_path, tokenizer):
     folder = save(tmp_path, se.SinusoidalEncoderModel, tokenizer)
     extract = pipeline("feature-extraction", model=folder)
@@ -75,6 +87,27 @@ def test_token_classification(tmp_path, tokenizer):
         assert text[e["start"] : e["end"]].strip()
 
 
+@pytest.mark.parametrize("aggregation", ["simple", "first"])
+def test_token_classification_entities_start_at_words(tmp_path, tokenizer, aggregation):
+    """Issue 30, item 1: aggregated entities started at the space before their word. Their `start` now is the
+    word's first character and text[start:end] is the word; `word` is the tokens decoded, and keeps the space the
+    first token stands for (" today"), as RoBERTa's tokenizer gives it: decoding never drops text."""
+    folder = save(
+        tmp_path,
+        se.SinusoidalEncoderForTokenClassification,
+        tokenizer,
+        id2label=TAGS,
+        label2id={v: k for k, v in TAGS.items()},
+    )
+    tag = pipeline("token-classification", model=folder, aggregation_strategy=aggregation, ignore_labels=[])
+    for text in ("Where is Paris today", "The function returns the encoding of every position."):
+        entities = tag(text)
+        assert entities
+        for e in entities:
+            assert not text[e["start"]].isspace(), e
+            assert text[e["start"] : e["end"]] == e["word"].strip(), e
+
+
 def best_span(start_logits, end_logits, allowed, max_answer_tokens=15):
     """The (start, end) token pair maximising start + end logits with start <= end, inside `allowed` tokens."""
     scores = start_logits[:, None] + end_logits[None, :]  # (T, T)
@@ -107,3 +140,38 @@ def test_question_answering(tmp_path, tokenizer):
     if "question-answering" in SUPPORTED_TASKS:  # transformers 4.x
         result = pipeline("question-answering", model=folder)(question=question, context=context)
         assert result["answer"] == context[result["start"] : result["end"]]
+
+
+QA_EXAMPLES = [
+    ("What does the encoding use?", "The encoding uses sines and cosines of different frequencies."),
+    ("Where is Paris?", "Paris is the capital of France, on the Seine."),
+    ("What is returned?", "The function returns a list of tokens and their offsets in the text."),
+    ("Who wrote it?", "It was written by a small team of researchers in a few weeks."),
+]
+
+
+def test_question_answering_answers_start_at_words(tmp_path, tokenizer):
+    """Issue 30, item 1: answers extracted with the tokenizer's offsets (as the question-answering pipeline and
+    scripts do) began with a space. Now no context token's span starts with one, so no answer does."""
+    folder = save(tmp_path, se.SinusoidalEncoderForQuestionAnswering, tokenizer)
+    model = se.SinusoidalEncoderForQuestionAnswering.from_pretrained(folder).eval()
+    for question, context in QA_EXAMPLES:
+        encoded = tokenizer(question, context, return_offsets_mapping=True, return_tensors="pt")
+        offsets = encoded.pop("offset_mapping")[0].tolist()
+        in_context = torch.tensor([s == 1 for s in encoded.sequence_ids(0)])
+        for (start, end), inside in zip(offsets, in_context, strict=True):
+            if inside:
+                assert not context[start].isspace(), (question, context[start:end])
+        with torch.no_grad():
+            out = model(**encoded)
+        start, end = best_span(out.start_logits[0], out.end_logits[0], in_context)
+        answer = context[offsets[start][0] : offsets[end][1]]
+        assert answer and answer == answer.strip()
+
+    from transformers.pipelines import SUPPORTED_TASKS
+
+    if "question-answering" in SUPPORTED_TASKS:  # transformers 4.x; transformers 5 removed the pipeline
+        answer = pipeline("question-answering", model=folder)
+        for question, context in QA_EXAMPLES:
+            result = answer(question=question, context=context)
+            assert result["answer"] == result["answer"].strip() == context[result["start"] : result["end"]]

@@ -22,6 +22,7 @@ from conftest import (
     PRETRAIN,
     TINY,
     VOCAB_SIZE,
+    FakeHfApi,
     env,
     metrics,
     pretrain_cmd,
@@ -31,7 +32,10 @@ from conftest import (
     tiny_pretraining,
     write_text_corpus,
 )
+from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.torch import load_file
+
+from sinusoidal_encoder_training.command_line import UsageError
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 
@@ -471,33 +475,61 @@ def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, mo
 
     from sinusoidal_encoder_training import pretraining
 
-    calls = []
-
-    class FakeHfApi:
-        def create_repo(self, repo_id, private=False, exist_ok=False, **kwargs):
-            calls.append(("create_repo", repo_id, private))
-
-        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None, **kwargs):
-            calls.append(("upload_folder", repo_id, folder_path, tuple(ignore_patterns)))
-            return "https://huggingface.co/fake/commit"
-
-    monkeypatch.setattr(huggingface_hub, "HfApi", FakeHfApi)
+    api = FakeHfApi(user="someone")
+    monkeypatch.setattr(huggingface_hub, "HfApi", api)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     out = tmp_path / "out"
     config = tiny_pretraining(
-        corpus,
-        out,
-        max_train_steps=2,
-        checkpointing_steps=1,
-        push_to_hub=True,
-        hub_model_id="someone/tiny-sinusoidal",
+        corpus, out, max_train_steps=2, checkpointing_steps=1, push_to_hub=True, hub_model_id="someone/tiny-sinusoidal"
     )
     pretraining.export(config, pretraining.pretrain(config))
-    assert calls[0] == ("create_repo", "someone/tiny-sinusoidal", False)
-    kind, repo, folder, ignored = calls[1]
-    assert (kind, repo, folder) == ("upload_folder", "someone/tiny-sinusoidal", str(out))
-    assert "checkpoints/*" in ignored and "checkpoints/**" in ignored
+    assert api.calls[0] == ("create_repo", "someone/tiny-sinusoidal", False, True)
+    assert api.calls[1][:2] == ("create_commit", "someone/tiny-sinusoidal")
+    assert {"model.safetensors", "config.json", "README.md", "tokenizer.json"} <= set(api.uploaded)
+    assert not any(name.startswith("checkpoints/") for name in api.uploaded)
     assert (out / "checkpoints" / "step_2").is_dir() and (out / "README.md").exists()
     assert "someone/tiny-sinusoidal" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("api", "offline", "message"),
+    [
+        (FakeHfApi(user="someone"), True, "HF_HUB_OFFLINE is set"),
+        (FakeHfApi(fail_whoami=LocalTokenNotFoundError("Token is required")), False, "hf auth login"),
+        (FakeHfApi(user="other", orgs=("team",)), False, "cannot write to 'someone'"),
+        (FakeHfApi(user="someone", role="read"), False, "read-only"),
+    ],
+)
+def test_push_to_hub_is_checked_before_any_work(tmp_path, corpus, monkeypatch, api, offline, message):
+    """No token, no Hub, a namespace the token may not write to: found before the data is read."""
+    import huggingface_hub
+
+    from sinusoidal_encoder_training import pretraining
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", api)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(pretraining, "load_raw_datasets", lambda *a, **k: pytest.fail("the data was read"))
+    config = tiny_pretraining(corpus, tmp_path / "out", push_to_hub=True, hub_model_id="someone/tiny")
+    with pytest.raises(UsageError, match=message):
+        pretraining.pretrain(config)
+
+
+@pytest.mark.slow
+def test_a_failed_upload_keeps_the_saved_model_and_says_how_to_retry(tmp_path, corpus, monkeypatch):
+    import huggingface_hub
+
+    from sinusoidal_encoder_training import pretraining
+
+    api = FakeHfApi(user="someone", fail_commit=ConnectionError("[Errno 111] Connection refused"))
+    monkeypatch.setattr(huggingface_hub, "HfApi", api)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    out = tmp_path / "out"
+    config = tiny_pretraining(corpus, out, max_train_steps=1, push_to_hub=True, hub_model_id="someone/tiny")
+    result = pretraining.pretrain(config)
+    with pytest.raises(UsageError, match=r"saved in .*Connection refused.*sinusoidal-encoder-publish"):
+        pretraining.export(config, result)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
+        assert (out / name).exists(), name
 
 
 @pytest.mark.parametrize(

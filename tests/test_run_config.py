@@ -321,3 +321,41 @@ def test_presets_hub_ids_and_existing_paths_pass_the_source_check(tmp_path, monk
     (tmp_path / "outputs" / "here").mkdir(parents=True)
     (tmp_path / "config.json").write_text("{}")
     check_model_source("--config_name", value, ("tiny", "small", "base"))  # no error
+
+
+# README's promise for every command line: bad input ends with one line naming the problem, status 2, before any
+# work (nothing written). One case per kind of input each command takes.
+BAD_INPUT = [
+    ("pretrain", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
+    ("pretrain", ["--output_dir", "OUT", "--config_name", "huge"], "is not a preset (tiny, small, base)"),
+    ("pretrain", ["--output_dir", "OUT", "--push_to_hub"], "--push_to_hub needs --hub_model_id"),
+    ("pretrain", ["--output_dir", "OUT", "--push_to_hub", "--hub_model_id", "me/x"], "HF_HUB_OFFLINE is set"),
+    ("pretrain", ["--output_dir", "OUT", "--language", "english"], "not a language code"),
+    ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
+    ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
+    ("finetune", ["--model_name_or_path", "m", "--output_dir", "OUT", "--task", "token-classification"], "data"),
+    ("train_tokenizer", ["--output_dir", "OUT", "--vocab_size", "100"], "--vocab_size"),
+    ("train_tokenizer", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
+    ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),
+    ("export_onnx", ["./outputs/nope"], "no such file or folder"),
+    ("export_onnx", ["Some/model"], "--output is needed"),
+    ("publish", ["./outputs/nope", "--hub_model_id", "me/x"], "is not a folder"),
+    ("publish", [".", "--hub_model_id", "me/x", "--dry_run"], "is not an exported model folder"),
+]
+
+
+@pytest.mark.parametrize(("command", "argv", "message"), BAD_INPUT)
+def test_bad_input_to_any_command_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, command, argv, message):
+    from sinusoidal_encoder_training import command_line
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    argv = [str(tmp_path / "out") if arg == "OUT" else arg for arg in argv]
+    monkeypatch.setattr(sys, "argv", [f"{command}.py", *argv])
+    with pytest.raises(SystemExit) as stopped:
+        command_line.command(COMMANDS[command])()
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"{command}.py: error: ") and message in err, err
+    assert not (tmp_path / "out").exists()

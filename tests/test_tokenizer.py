@@ -74,6 +74,60 @@ def test_a_one_megabyte_line_round_trips(tokenizer):
     assert tokenizer.decode(ids) == line
 
 
+def assert_offsets_start_at_words(encoding, text: str, sequence: int = 0) -> None:
+    """Every token of `sequence` spans text that starts with no space (the 'Ġ' of a token is trimmed away)."""
+    for offset, sequence_id in zip(encoding["offset_mapping"], encoding.sequence_ids(), strict=True):
+        if sequence_id == sequence:
+            start, end = offset
+            assert start < end and not text[start].isspace(), (offset, text[start:end])
+
+
+def test_offsets_leave_out_the_space_before_a_word(tokenizer):
+    """Issue 30, item 1: offsets included the space a token carries ("ĠParis" spanned " Paris"), so extracted
+    question-answering answers and token-classification starts began with a space."""
+    text = "Where is Paris today"
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+    assert encoding["offset_mapping"][tokens.index("ĠParis")] == (9, 14)
+    assert_offsets_start_at_words(encoding, text)
+    question, context = "Where is Paris?", "Paris is the capital of France, on the Seine."
+    pair = tokenizer(question, context, return_offsets_mapping=True)
+    assert_offsets_start_at_words(pair, question, 0)
+    assert_offsets_start_at_words(pair, context, 1)
+
+
+def test_mask_token_takes_in_the_space_before_it(tokenizer):
+    """Issue 30, item 3: "a [MASK]" encoded a lone 'Ġ' before [MASK], so a filled-in " the" gave "a  the"."""
+    assert tokenizer.convert_ids_to_tokens(tokenizer("a [MASK]")["input_ids"]) == ["[CLS]", "a", "[MASK]", "[SEP]"]
+    assert tokenizer.added_tokens_decoder[tokenizer.mask_token_id].lstrip
+    encoding = tokenizer("The function returns a [MASK] value.", return_offsets_mapping=True)
+    ids = encoding["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids[ids.index(tokenizer.mask_token_id) - 1]) == "Ġa"
+    assert encoding["offset_mapping"][ids.index(tokenizer.mask_token_id)] == (23, 29)  # "[MASK]", no space
+    filled = [tokenizer.convert_tokens_to_ids("Ġthe") if i == tokenizer.mask_token_id else i for i in ids]
+    assert tokenizer.decode(filled, skip_special_tokens=True) == "The function returns a the value."
+
+
+def test_trained_tokenizer_has_the_shipped_pipeline(tmp_path):
+    """The trainer writes the pipeline the shipped tokenizer has (trimmed offsets among it), and an exported
+    folder (save_tokenizer, then AutoTokenizer) keeps it."""
+    from pydoc_data.topics import topics
+
+    from sinusoidal_encoder_training.export import save_tokenizer
+    from sinusoidal_encoder_training.tokenizer_training import build_tokenizer
+
+    texts = [" ".join(text.split()) for _, text in sorted(topics.items())[:40]]
+    trained = build_tokenizer([texts], vocab_size=600, min_frequency=2)
+    save_tokenizer(trained, str(tmp_path))
+    written = json.loads((tmp_path / "tokenizer.json").read_text())
+    shipped = json.loads((SHIPPED_TOKENIZER / "tokenizer.json").read_text())
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder", "added_tokens"):
+        assert written[part] == shipped[part], part
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "Where is the function defined today"
+    assert_offsets_start_at_words(reloaded(text, return_offsets_mapping=True), text)
+
+
 @pytest.mark.slow
 def test_train_tokenizer_on_a_local_file(tmp_path):
     train, validation = write_text_corpus(tmp_path / "data")

@@ -15,7 +15,7 @@ from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import pretraining
-from sinusoidal_encoder_training.export import published_config
+from sinusoidal_encoder_training.export import card_language, describe_data, hub_dataset_id, published_config
 from sinusoidal_encoder_training.optimization import parameter_groups
 from sinusoidal_encoder_training.pretraining import MODEL_SIZES, apply_overrides
 
@@ -165,3 +165,32 @@ def test_setup_run_again_installs_nothing_and_needs_no_registry():
         ["bash", str(REPO / "scripts" / "setup.sh")], env=no_registry, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("data", "described", "dataset_id", "language"),
+    [
+        ({}, None, None, ["en"]),  # the built-in corpus (its own text: pretraining.BUILTIN_CORPUS)
+        ({"language": "de,fr"}, None, None, ["de", "fr"]),
+        ({"dataset_name": "wikitext", "dataset_config_name": "wikitext-2-raw-v1"}, "`wikitext`", "wikitext", None),
+        ({"train_file": "TRAIN"}, "local files: `train.txt` (training, with a part held out", None, None),
+        ({"train_file": "TRAIN", "validation_file": "VALID"}, "`train.txt` (training) and `dev.txt`", None, None),
+        ({"dataset_name": "LOCAL"}, "a local dataset, `my_data`", None, None),
+    ],
+)
+def test_the_card_names_the_data_as_it_is(tmp_path, data, described, dataset_id, language):
+    """Hub datasets by id (and in `datasets:`), local data by name, never by a path of this machine; `language:`
+    only where it is known."""
+    paths = {"TRAIN": tmp_path / "train.txt", "VALID": tmp_path / "dev.txt", "LOCAL": tmp_path / "my_data"}
+    for path in paths.values():
+        path.write_text("some text\n") if path.suffix else path.mkdir()
+    data = {key: str(paths.get(value, value)) if value in paths else value for key, value in data.items()}
+    config = pretraining.PretrainingConfig(output_dir=str(tmp_path / "out"), **data)
+    if described is not None:
+        assert described in describe_data(config) and str(tmp_path) not in describe_data(config)
+    assert hub_dataset_id(config) == dataset_id and card_language(config) == language
+
+
+def test_a_language_code_is_checked():
+    with pytest.raises(ValueError, match="'english' is not a language code"):
+        pretraining.PretrainingConfig(output_dir="out", language="en,english")

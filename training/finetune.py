@@ -1,7 +1,8 @@
 """`python training/finetune.py --help`, in a checkout: the command line of
-`sinusoidal_encoder_training.finetuning` (installed: `sinusoidal-encoder-finetune`)."""
+`sinusoidal_encoder_training.finetuning` (installed: `sinusoidal-encoder-finetune`),
+through the same entry as the console script (`sinusoidal_encoder_training.console`)."""
 
-from sinusoidal_encoder_training.finetuning import cli
+from sinusoidal_encoder_training.console import finetune
 
 if __name__ == "__main__":
-    cli()
+    finetune()

@@ -1,7 +1,8 @@
 """`python training/pretrain.py --help`, in a checkout: the command line of
-`sinusoidal_encoder_training.pretraining` (installed: `sinusoidal-encoder-pretrain`)."""
+`sinusoidal_encoder_training.pretraining` (installed: `sinusoidal-encoder-pretrain`),
+through the same entry as the console script (`sinusoidal_encoder_training.console`)."""
 
-from sinusoidal_encoder_training.pretraining import cli
+from sinusoidal_encoder_training.console import pretrain
 
 if __name__ == "__main__":
-    cli()
+    pretrain()

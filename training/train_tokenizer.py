@@ -1,7 +1,8 @@
 """`python training/train_tokenizer.py --help`, in a checkout: the command line of
-`sinusoidal_encoder_training.tokenizer_training` (installed: `sinusoidal-encoder-train-tokenizer`)."""
+`sinusoidal_encoder_training.tokenizer_training` (installed: `sinusoidal-encoder-train-tokenizer`),
+through the same entry as the console script (`sinusoidal_encoder_training.console`)."""
 
-from sinusoidal_encoder_training.tokenizer_training import cli
+from sinusoidal_encoder_training.console import train_tokenizer
 
 if __name__ == "__main__":
-    cli()
+    train_tokenizer()

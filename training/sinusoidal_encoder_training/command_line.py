@@ -3,16 +3,48 @@ not there, data or a model that cannot be used), ends the command with one line 
 argparse's form (`pretrain.py: error: ...`), and exit status 2: no traceback. Any other exception keeps its
 traceback. `SINUSOIDAL_ENCODER_DEBUG=1` in the environment shows the traceback of anticipated errors too. Ctrl-C
 ends with one line as well (status 130): during training, where the newest checkpoint is and the command that
-resumes (`Interrupted`, raised by the training loop)."""
+resumes (`Interrupted`, raised by the training loop). A module of an extra that is not installed (`datasets`
+without the `training` extra) is an anticipated error too: one line naming the extra and the pip command that adds
+it (`require_extra`, `missing_extra`; the console scripts catch it when the stage's module is imported,
+`run_stage`)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
+from urllib.parse import unquote, urlparse
 
 DEBUG_VARIABLE = "SINUSOIDAL_ENCODER_DEBUG"
+DISTRIBUTION = "sinusoidal-encoder"
+
+# The extra of pyproject.toml's [project.optional-dependencies] that installs each top-level module a command may
+# import beyond the base install (torch, transformers, safetensors and what they bring: huggingface_hub, tokenizers,
+# tqdm, jinja2, numpy). `integrations` holds `onnx`'s modules too; `all` holds every extra.
+# tests/test_packaging.py checks this against pyproject.toml.
+EXTRA_OF_MODULE = {
+    "accelerate": "training",
+    "datasets": "training",
+    "tensorboard": "training",
+    "tokenizers": "training",
+    "tqdm": "training",
+    "jinja2": "training",
+    "matplotlib": "plots",
+    "mpl_toolkits": "plots",
+    "pylab": "plots",
+    "sklearn": "baselines",
+    "onnx": "onnx",
+    "onnxscript": "onnx",
+    "onnxruntime": "onnx",
+    "peft": "integrations",
+    "sentence_transformers": "integrations",
+}
 
 
 class UsageError(ValueError):
@@ -24,6 +56,57 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during training, carrying the line that says where the newest checkpoint is and how to resume."""
 
 
+def install_command(extra: str) -> str:
+    """The pip command that adds `extra` to this installation, from where pip installed it (the direct_url.json of
+    its metadata): the wheel file or the folder (`-e` if editable), else the index; `.` in the repository when the
+    package is not installed."""
+    found = list(importlib.metadata.distributions(name=DISTRIBUTION))
+    if not found:
+        return f"pip install -e '.[{extra}]' (in the repository)"
+    origin = next((json.loads(text) for d in found if (text := d.read_text("direct_url.json"))), {})
+    url = origin.get("url", "")
+    if url.startswith("file://") and "vcs_info" not in origin:
+        editable = "-e " if origin.get("dir_info", {}).get("editable") else ""
+        return f"pip install {editable}{shlex.quote(unquote(urlparse(url).path) + f'[{extra}]')}"
+    if url:
+        vcs = origin.get("vcs_info", {}).get("vcs")
+        return f"pip install {shlex.quote(f'{DISTRIBUTION}[{extra}] @ ' + (f'{vcs}+' if vcs else '') + url)}"
+    return f"pip install {shlex.quote(f'{DISTRIBUTION}[{extra}]')}"
+
+
+def missing_extra(
+    error: ModuleNotFoundError, what: str = "this command", extra: str | None = None
+) -> UsageError | None:
+    """The one-line error for `error` when the missing module belongs to an extra (`EXTRA_OF_MODULE`, or `extra`):
+    what needs which extra, and the pip command that adds it; None for any other missing module."""
+    extra = extra or EXTRA_OF_MODULE.get((error.name or "").partition(".")[0])
+    if extra is None:
+        return None
+    return UsageError(f"{what} needs the '{extra}' extra ({error}); add it with: {install_command(extra)}")
+
+
+def require_extra(module: str, extra: str | None = None, what: str = "this command") -> ModuleType:
+    """`module` imported, or a `UsageError` saying that `what` (a flag, a feature) needs `extra` (by default the extra
+    of the module's top-level package in `EXTRA_OF_MODULE`) and how to add it. For example
+    `require_extra("sklearn.linear_model", what="--baselines")`."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        usage = missing_extra(error, what, extra or EXTRA_OF_MODULE.get(module.partition(".")[0]))
+        if usage is None:
+            raise
+        raise usage from error
+
+
+def _debugging() -> bool:
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
+def _fail(message: str, status: int) -> NoReturn:
+    print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
+    raise SystemExit(status) from None
+
+
 def command(main: Callable[[], Any]) -> Callable[[], None]:
     """`main` (which reads `sys.argv`) as a console script behind the front: what `[project.scripts]`, the
     `training/*.py` wrappers and `python -m` call."""
@@ -32,15 +115,32 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
         try:
             main()
         except UsageError as error:
-            if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            if _debugging():
                 raise
-            print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
-            raise SystemExit(2) from None
+            _fail(f"error: {error}", 2)
+        except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
+            usage = missing_extra(error)
+            if usage is None or _debugging():
+                raise
+            _fail(f"error: {usage}", 2)
         except KeyboardInterrupt as interruption:
-            if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            if _debugging():
                 raise
-            print(f"{os.path.basename(sys.argv[0])}: {interruption or 'interrupted.'}", file=sys.stderr)
-            raise SystemExit(130) from None
+            _fail(f"{interruption or 'interrupted.'}", 130)
 
     entry.__doc__ = main.__doc__
     return entry
+
+
+def run_stage(module: str) -> None:
+    """Import `sinusoidal_encoder_training.MODULE` and run its command line (`cli`): what the console scripts
+    (`console.py`) call, so that a stage whose imports need an extra that is not installed ends, even for `--help`,
+    with the one line of `missing_extra` and status 2, not a traceback."""
+    try:
+        stage = importlib.import_module(f"sinusoidal_encoder_training.{module}")
+    except ModuleNotFoundError as error:
+        usage = missing_extra(error)
+        if usage is None or _debugging():
+            raise
+        _fail(f"error: {usage}", 2)
+    stage.cli()

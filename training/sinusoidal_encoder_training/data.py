@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from itertools import chain
 from typing import Any
@@ -69,6 +70,13 @@ class DataConfig(FlagConfig):
     preprocessing_num_workers: int | None = dataclasses.field(
         default=None, metadata={"help": "Processes for tokenisation (Dataset.map)."}
     )
+    language: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The language(s) of the data as ISO 639-1 codes, comma-separated (e.g. 'en' or 'de,fr'), for the "
+            "model card's `language:` (default: 'en' for the built-in data; none for other data)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -96,6 +104,11 @@ class DataConfig(FlagConfig):
             raise UsageError(
                 f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
             )
+        for code in (self.language or "").split(","):
+            if self.language is not None and not re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*", code.strip()):
+                raise UsageError(
+                    f"--language {self.language!r}: {code.strip()!r} is not a language code such as 'en' or 'pt-BR'."
+                )
         if self.streaming and not (self.dataset_name or self.train_file):
             raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
 

@@ -12,9 +12,15 @@ from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .arguments import TrainingConfig
+from .command_line import DEBUG_VARIABLE, UsageError
 from .data import DataConfig
-from .hub import push_folder_to_hub
+from .hub import error_line, push_folder_to_hub
 from .model_card import draw_pictures, model_reference, pipeline_example, render_model_card
+
+BUILTIN_DATA_NOTE = (
+    "The training text is English technical documentation (Python's documentation and docstrings); expect weaker "
+    "results on other domains and languages."
+)
 
 
 def save_tokenizer(tokenizer, folder: str) -> None:
@@ -65,9 +71,32 @@ def write_sentence_transformers_files(folder: str, config) -> None:
 
 
 def describe_data(config: DataConfig) -> str:
-    """The training data of a run as the model card states it (Hub dataset or local files)."""
-    source = f"`{config.dataset_name or config.train_file}`"
-    return source + (f" (configuration `{config.dataset_config_name}`)" if config.dataset_config_name else "")
+    """The training data of a run as the model card states it: a Hub dataset by its id, local files or folders by
+    their names (never a path of the machine that trained)."""
+    if config.dataset_name:
+        if os.path.exists(config.dataset_name):
+            source = f"a local dataset, `{os.path.basename(os.path.normpath(config.dataset_name))}`"
+        else:
+            source = f"[`{config.dataset_name}`](https://huggingface.co/datasets/{config.dataset_name})"
+        return source + (f" (configuration `{config.dataset_config_name}`)" if config.dataset_config_name else "")
+    files = f"local files: `{os.path.basename(config.train_file)}` (training"
+    if config.validation_file:
+        return files + f") and `{os.path.basename(config.validation_file)}` (validation)"
+    return files + ", with a part held out for validation)"
+
+
+def hub_dataset_id(config: DataConfig) -> str | None:
+    """The Hub dataset a run trained on, for the card's `datasets:` (None for local data and the built-in corpus)."""
+    if config.dataset_name and not os.path.exists(config.dataset_name):
+        return config.dataset_name
+    return None
+
+
+def card_language(config: DataConfig) -> list[str] | None:
+    """The card's `language:`: `--language`, else English for the built-in data (None when unknown)."""
+    if config.language:
+        return [code.strip() for code in config.language.split(",") if code.strip()]
+    return None if config.dataset_name or config.train_file else ["en"]
 
 
 def published_config(config):
@@ -92,7 +121,8 @@ def export_model(
 ) -> None:
     """Write the Hub-ready folder: weights of a fresh model of the plain class (under FSDP2 the wrapped class is not
     the one users should load) with the gathered state dict, config with auto_map, code, tokenizer; on the main
-    process the model card and its pictures, then the optional upload.
+    process then the optional steps, each of which may fail without losing the model: the pictures, the model card,
+    the upload. A failed upload ends in a `UsageError` naming the saved folder and the command that retries it.
 
     `card` holds the run's own sections of `render_model_card` (training data and procedure, metrics, ...); every
     card also gets the pictures, the dataset and Hub ids of `config` (a stage's configuration: training and data
@@ -101,26 +131,53 @@ def export_model(
     # torch.compile's wrapper off (its keys carry an `_orig_mod.` prefix), DDP's and FSDP's kept: on every process,
     # FSDP gathers the full state on the main one
     state_dict = accelerator.get_state_dict(getattr(model, "_orig_mod", model))
+    failed_upload = None
     if accelerator.is_main_process:
         fresh = auto_class.from_config(published_config(accelerator.unwrap_model(model).config))
         fresh.load_state_dict(state_dict)
         fresh.save_pretrained(config.output_dir)
         save_tokenizer(tokenizer, config.output_dir)
         write_sentence_transformers_files(config.output_dir, fresh.config)
-        render_model_card(
+        accelerator.print(f"saved the model to {config.output_dir}")
+        pictures = optional_step("draw the pictures", draw_pictures, config.output_dir, fresh.config)
+        optional_step(
+            "write the model card",
+            render_model_card,
             fresh,
             config.output_dir,
-            pictures=draw_pictures(config.output_dir, fresh.config),
+            pictures=pictures or {},
             pipeline_tag=pipeline_tag,
-            dataset_id=config.dataset_name,
+            dataset_id=hub_dataset_id(config),
+            language=card_language(config),
+            data_note=None if config.dataset_name or config.train_file else BUILTIN_DATA_NOTE,
             model_id=config.hub_model_id,
             usage_example=pipeline_example(
                 pipeline_tag, model_reference(config.output_dir, config.hub_model_id), example
             ),
             **card,
         )
-        accelerator.print(f"saved the model to {config.output_dir}")
         if config.push_to_hub:
-            push_folder_to_hub(config.output_dir, config.hub_model_id, private=config.hub_private_repo)
-            accelerator.print(f"uploaded {config.output_dir} to the Hub as {config.hub_model_id}")
+            try:
+                push_folder_to_hub(config.output_dir, config.hub_model_id, private=config.hub_private_repo)
+                accelerator.print(f"uploaded {config.output_dir} to the Hub as {config.hub_model_id}")
+            except Exception as error:
+                failed_upload = error
     accelerator.wait_for_everyone()
+    if failed_upload is not None:
+        raise UsageError(
+            f"the model is saved in {config.output_dir}, but the upload to {config.hub_model_id!r} failed "
+            f"({error_line(failed_upload)}); "
+            f"retry with: sinusoidal-encoder-publish {config.output_dir} --hub_model_id {config.hub_model_id}"
+        ) from failed_upload
+
+
+def optional_step(what: str, function, *args, **kwargs):
+    """`function(*args, **kwargs)`, or None with a line saying what could not be done and why: a step after the model
+    is saved (pictures, card) must not lose it. `SINUSOIDAL_ENCODER_DEBUG=1` lets the error through."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:
+        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            raise
+        print(f"could not {what}: {error_line(error)} (the model is saved)")
+        return None

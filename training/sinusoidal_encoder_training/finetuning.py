@@ -24,6 +24,7 @@ loop, the stage, the export of its folder and the command line (`main`).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 from collections import Counter
@@ -51,10 +52,11 @@ from sinusoidal_encoder_training.arguments import (
     parse_config,
     redefault,
 )
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import UsageError, command, require_extra
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import DataConfig, derive_seed, load_raw_datasets, text_column
-from sinusoidal_encoder_training.export import describe_data, export_model
+from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
+from sinusoidal_encoder_training.hub import check_hub_access
 from sinusoidal_encoder_training.loop import StageResult, TrainingTask, make_accelerator, make_loaders, train
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
@@ -67,6 +69,7 @@ from sinusoidal_encoder_training.optimization import make_optimizer
 Task = Literal["text-classification", "token-classification"]
 ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
 TASKS, PROBLEM_TYPES = get_args(Task), get_args(ProblemType)
+BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
 
 
@@ -144,6 +147,8 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)
+        if self.baselines:
+            require_extra("sklearn", "baselines", "--baselines")
         if self.builtin and self.task != "text-classification":
             raise UsageError(
                 "The built-in downstream task is text classification: pass data for token-classification."
@@ -161,8 +166,9 @@ class FinetuningConfig(DataConfig, TrainingConfig):
 
     @property
     def with_baselines(self) -> bool:
-        """Whether the run scores the baselines: `--baselines`, or the built-in task."""
-        return self.baselines or self.builtin
+        """Whether the run scores the baselines: `--baselines`, or the built-in task where scikit-learn is installed
+        (without it, the built-in task goes without them, and says so)."""
+        return self.baselines or (self.builtin and importlib.util.find_spec("sklearn") is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,11 +420,9 @@ def encode(
 
 def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> dict[str, float]:
     """Majority class and TF-IDF + logistic regression, trained and scored on the same splits as the model."""
-    try:
-        from sklearn.feature_extraction.text import TfidfVectorizer
-        from sklearn.linear_model import LogisticRegression
-    except ImportError as error:
-        raise ImportError("--baselines needs scikit-learn: pip install 'sinusoidal-encoder[baselines]'.") from error
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
     train_x, train_y = raw["train"][text_col], [str(v) for v in raw["train"][label_col]]
     eval_x, eval_y = raw["validation"][text_col], [str(v) for v in raw["validation"][label_col]]
     majority = Counter(train_y).most_common(1)[0][0]
@@ -449,6 +453,10 @@ def finetune(
     matching Auto class loads `--model_name_or_path`, which must be a sinusoidal encoder (the exported model card
     describes one); a `model_init` may return any architecture whose forward gives `logits`."""
     accelerator = make_accelerator(config)
+    if config.push_to_hub:
+        check_hub_access(config.hub_model_id)
+    if config.builtin and not config.with_baselines:
+        accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     with accelerator.main_process_first():
         raw = load_task_data(config)
     text_col = (
@@ -460,6 +468,8 @@ def finetune(
     if label_col not in raw["validation"].column_names:
         raise UsageError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, config)
+    if config.with_baselines and problem != "single_label_classification":
+        raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
     num_labels = 1 if problem == "regression" else len(label_names)
     model_config = check_model_folder(config, num_labels, sinusoidal_only=model_init is None)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or config.model_name_or_path)
@@ -506,10 +516,12 @@ def finetune(
     trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
     final = trained.metrics
 
-    if config.with_baselines:
-        if problem != "single_label_classification":
-            raise UsageError("--baselines applies to single-label sequence classification.")
-        baselines = run_baselines(raw, text_col, label_col)
+    baselines = (
+        optional_step("score the baselines", run_baselines, raw, text_col, label_col)
+        if (config.with_baselines and accelerator.is_main_process)
+        else None
+    )
+    if baselines:
         final.update(baselines)
         accelerator.print(
             f"accuracy: model {final['eval_accuracy']:.4f}, majority class {baselines['majority_accuracy']:.4f}, "
@@ -534,8 +546,11 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         )
     else:
         data = describe_data(config)
+    base = config.model_name_or_path
+    if os.path.isdir(base):
+        base = config.base_model_id or f"a local model folder, {os.path.basename(os.path.normpath(base))}"
     procedure = (
-        f"Fine-tuned from `{config.model_name_or_path}` for {config.task} ({problem}; labels: {labels}) with "
+        f"Fine-tuned from `{base}` for {config.task} ({problem}; labels: {labels}) with "
         f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
         f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
         f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
@@ -555,7 +570,10 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         example="Tag the words of this sentence ." if tokens else "A passage of documentation to classify.",
         training_data=data,
         training_procedure=procedure,
-        metrics={k.removeprefix("eval_"): v for k, v in final.items() if isinstance(v, float)},
+        metrics={
+            k.removeprefix("eval_"): v for k, v in final.items() if k.startswith("eval_") and isinstance(v, float)
+        },
+        baselines={k: v for k, v in final.items() if k.startswith(BASELINE_PREFIXES)},
         dataset_name="built-in library-of-a-passage task" if config.builtin else None,
         base_model=config.base_model_id
         or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),
@@ -574,9 +592,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     `training/finetune.py` in a checkout."""
     config = parse_args(argv)
     result = finetune(config)
-    export(config, result)
-    if config.with_tracking:
-        result.accelerator.end_training()
+    try:
+        export(config, result)
+    finally:
+        if config.with_tracking:
+            result.accelerator.end_training()
     return result.metrics
 
 

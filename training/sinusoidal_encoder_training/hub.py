@@ -1,11 +1,14 @@
 """Publish an exported model folder (from pretraining or fine-tuning) to the Hugging Face Hub.
 
     python training/publish.py outputs/small-builtin --hub_model_id user/sinusoidal-small [--private]
+    python training/publish.py outputs/small-builtin --hub_model_id user/sinusoidal-small --dry_run
 
-Uploads the folder (weights, config, code, tokenizer, README.md model card, pictures, metrics) with huggingface_hub,
-never its resumable `checkpoints/`. A card written without a Hub id loads the local folder in its code; that reference
-is replaced by the Hub id first (in the folder's README.md too), so the published card runs as written.
-Log in first (`hf auth login`) or set HF_TOKEN.
+Uploads the folder (weights, config, code, tokenizer, README.md model card, pictures, metrics, an ONNX export) in one
+commit with huggingface_hub, never its resumable `checkpoints/` or tracker logs. A card written without a Hub id
+loads the local folder in its code; the uploaded card names the Hub id instead, so that it runs as written. The
+folder itself is never changed. `--dry_run` lists every file and its size and prints the card as it would be
+published, without contacting the Hub. Log in first (`hf auth login`) or set HF_TOKEN: the token is checked before
+anything is uploaded.
 """
 
 from __future__ import annotations
@@ -17,22 +20,110 @@ import os
 from sinusoidal_encoder_training.command_line import UsageError, command
 
 REQUIRED = ("config.json", "README.md")
+CARD = "README.md"
+# resumable checkpoints, trackers' logs, pickles and version-control or cache folders stay local
+IGNORED = ("checkpoints/*", "runs/*", "*.pt", "*.pkl", ".git/*", ".cache/*", "*/.ipynb_checkpoints/*")
+# where the errors of talking to the Hub come from: huggingface_hub and the HTTP clients it has used
+HUB_ERROR_MODULES = ("huggingface_hub", "httpx", "httpx2", "httpcore", "requests", "urllib3")
+RETRY = "log in with `hf auth login` (or set HF_TOKEN) and check the network"
+
+
+def files_to_upload(folder: str) -> list[str]:
+    """The folder's files that an upload sends, as sorted paths relative to the folder."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            found.append(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/"))
+    return sorted(filter_repo_objects(found, ignore_patterns=list(IGNORED)))
+
+
+def published_card(folder: str, repo_id: str) -> str:
+    """The folder's model card as uploaded: its local folder reference (written when the model had no Hub id)
+    replaced by `repo_id`."""
+    from .model_card import use_hub_id
+
+    with open(os.path.join(folder, CARD)) as handle:
+        return use_hub_id(handle.read(), repo_id)
+
+
+def check_hub_access(repo_id: str, api=None) -> str:
+    """Before any work: the Hub is reachable, a token is there, and it may write to `repo_id`'s namespace. Returns
+    the token's user name; raises `UsageError` naming what to do otherwise. `api` is an `HfApi` (injectable)."""
+    from huggingface_hub import HfApi, constants
+
+    if constants.is_offline_mode():
+        raise UsageError(f"uploading to {repo_id!r} needs the Hub, but HF_HUB_OFFLINE is set: unset it.")
+    api = api if api is not None else HfApi()
+    try:
+        user = api.whoami()
+    except Exception as error:  # no token, a revoked token or no network: each says what it is
+        if not _hub_error(error):
+            raise
+        raise UsageError(f"cannot upload to {repo_id!r}: {error_line(error)} ({RETRY}).") from error
+    name = user.get("name", "")
+    allowed = {name, *(org.get("name") for org in user.get("orgs", []))}
+    namespace = repo_id.split("/")[0] if "/" in repo_id else name
+    if namespace not in allowed:
+        raise UsageError(
+            f"--hub_model_id {repo_id!r}: the token of {name!r} cannot write to {namespace!r} (its user and "
+            f"organisations: {', '.join(sorted(a for a in allowed if a))}); use one of them."
+        )
+    role = user.get("auth", {}).get("accessToken", {}).get("role")
+    if role == "read":
+        raise UsageError(f"cannot upload to {repo_id!r}: the token of {name!r} is read-only; use a write token.")
+    return name
+
+
+def _hub_error(error: Exception) -> bool:
+    """Whether `error` comes from talking to the Hub (no token, HTTP, network), not from a bug."""
+    return isinstance(error, OSError) or type(error).__module__.split(".")[0] in HUB_ERROR_MODULES
+
+
+def error_line(error: Exception) -> str:
+    """The error's type and the first line of its message."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
 
 
 def push_folder_to_hub(folder: str, repo_id: str, private: bool = False, api=None, commit_message: str | None = None):
-    """Upload a finished model folder to the Hub with huggingface_hub, leaving out resumable checkpoints and logs of
-    trackers. `api` is an `HfApi` (injectable for tests)."""
-    if api is None:
-        from huggingface_hub import HfApi
+    """Upload a finished model folder to the Hub in one commit (`files_to_upload`, with `published_card` as its
+    README.md), leaving the folder as it is. `api` is an `HfApi` (injectable for tests)."""
+    from huggingface_hub import CommitOperationAdd, HfApi
 
-        api = HfApi()
+    api = api if api is not None else HfApi()
+    operations = [
+        CommitOperationAdd(
+            path_in_repo=name,
+            path_or_fileobj=published_card(folder, repo_id).encode() if name == CARD else os.path.join(folder, name),
+        )
+        for name in files_to_upload(folder)
+    ]
     api.create_repo(repo_id=repo_id, private=private, exist_ok=True)
-    return api.upload_folder(
-        repo_id=repo_id,
-        folder_path=folder,
-        commit_message=commit_message or "Upload sinusoidal encoder",
-        ignore_patterns=["checkpoints/*", "checkpoints/**", "runs/*", "runs/**", "*.pt", "*.pkl"],
+    return api.create_commit(
+        repo_id=repo_id, operations=operations, commit_message=commit_message or "Upload sinusoidal encoder"
     )
+
+
+def describe_upload(folder: str, repo_id: str) -> str:
+    """What an upload of `folder` to `repo_id` sends: each file and its size, the total, then the card as published."""
+    names = files_to_upload(folder)
+    sizes = {name: os.path.getsize(os.path.join(folder, name)) for name in names}
+    card = published_card(folder, repo_id)
+    sizes[CARD] = len(card.encode())
+    lines = [f"would upload {len(names)} files ({_size(sum(sizes.values()))}) to https://huggingface.co/{repo_id}:"]
+    lines += [f"  {_size(sizes[name]):>10}  {name}" for name in names]
+    lines += ["", f"{CARD} as it would be published:", "", card]
+    return "\n".join(lines)
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB"):
+        if count < 1000 or unit == "MB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
 
 
 def check_folder(folder: str) -> None:
@@ -50,30 +141,34 @@ def check_folder(folder: str) -> None:
         raise UsageError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
 
 
-def main(argv: list[str] | None = None, api=None) -> str:
+def main(argv: list[str] | None = None, api=None) -> str | None:
     """The command line: `sinusoidal-encoder-publish`, `python -m sinusoidal_encoder_training.hub`, or
-    `training/publish.py` in a checkout. `api` is an `HfApi` (injectable for tests)."""
-    from .model_card import use_hub_id
-
+    `training/publish.py` in a checkout. `api` is an `HfApi` (injectable for tests). Returns the commit's URL (None
+    for a dry run)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="The exported folder (the --output_dir of pretrain.py or finetune.py).")
     parser.add_argument("--hub_model_id", required=True, help="The Hub repository, e.g. 'user/my-encoder'.")
     parser.add_argument("--private", action="store_true", help="Create the repository as private.")
     parser.add_argument("--commit_message", default=None, help="The commit message of the upload.")
+    parser.add_argument(
+        "--dry_run", action="store_true", help="List the files and show the card as published; upload nothing."
+    )
     args = parser.parse_args(argv)
     check_folder(args.folder)
-    card = os.path.join(args.folder, "README.md")
-    with open(card) as handle:
-        text = handle.read()
-    published = use_hub_id(text, args.hub_model_id)
-    if published != text:  # the card's code loaded the local folder: it now loads the Hub repository
-        with open(card, "w") as handle:
-            handle.write(published)
-    result = push_folder_to_hub(
-        args.folder, args.hub_model_id, private=args.private, api=api, commit_message=args.commit_message
-    )
+    if args.dry_run:
+        print(describe_upload(args.folder, args.hub_model_id))
+        return None
+    check_hub_access(args.hub_model_id, api)
+    try:
+        result = push_folder_to_hub(
+            args.folder, args.hub_model_id, private=args.private, api=api, commit_message=args.commit_message
+        )
+    except Exception as error:
+        if not _hub_error(error):
+            raise
+        raise UsageError(f"the upload to {args.hub_model_id!r} failed: {error_line(error)} ({RETRY}).") from error
     print(f"uploaded {args.folder} to https://huggingface.co/{args.hub_model_id}")
-    return result
+    return str(result)
 
 
 cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)

@@ -9,6 +9,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .command_line import UsageError
 from .resources import resource_path
 
 TEMPLATE = resource_path("model_card.md")
@@ -73,12 +74,19 @@ def render_model_card(
     pictures: dict[str, str] | None = None,
     evaluation_note: str | None = None,
     extra_sections: dict[str, str] | None = None,
+    baselines: dict[str, float] | None = None,
+    language: list[str] | None = None,
+    data_note: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
     values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
     files of the folder to their titles; the card shows them. `evaluation_note` (markdown) follows the metrics: what
     they mean and what they show. `extra_sections` maps titles to markdown: sections of your own (another
-    measurement, a comparison), after the evaluation."""
+    measurement, a comparison), after the evaluation. `baselines` maps names to scores of reference methods on the
+    same split: the card lists them after the metrics, and keeps them out of the model-index (they are not this
+    model's results). `language` is the card's `language:` (ISO codes of the training data; None leaves it out).
+    `data_note` says what the training data covers, in the limits (by default: the data named under Training
+    data)."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_reference(output_dir, model_id)
@@ -96,7 +104,7 @@ def render_model_card(
         for name, value in metrics.items()
     ]
     card_data = ModelCardData(
-        language=["en"],
+        language=language or None,
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag=pipeline_tag,
@@ -107,6 +115,10 @@ def render_model_card(
         eval_results=eval_results or None,
     )
     evaluation = "\n".join(f"- {name}: {value:.4f}" for name, value in metrics.items()) or "Not evaluated."
+    if baselines:
+        evaluation += "\n\nBaselines on the same split (reference methods, not this model):\n\n" + "\n".join(
+            f"- {name}: {value:.4f}" for name, value in baselines.items()
+        )
     if evaluation_note:
         evaluation += "\n\n" + evaluation_note
     num_parameters = model.num_parameters()
@@ -136,6 +148,8 @@ def render_model_card(
         "size_note": f"This is a small model ({num_parameters / 1e6:.1f}M parameters) trained on little data: "
         "a starting point for experiments and fine-tuning, not a general-purpose language model.",
         "usage_example": usage_example,
+        "data_note": data_note
+        or "It learned from the data named under Training data; expect weaker results on other domains and languages.",
         "training_data": training_data,
         "training_procedure": training_procedure,
         "evaluation": evaluation,
@@ -151,9 +165,9 @@ def draw_pictures(output_dir: str, config) -> dict[str, str]:
     """The PNGs of `sinusoidal_encoder_training.plots` for an exported folder, or none (with a note) without
     matplotlib."""
     try:
-        from sinusoidal_encoder_training.plots import write_plots
+        from sinusoidal_encoder_training.plots import loss_unit, write_plots
 
-        return write_plots(output_dir, config.hidden_size, config.position_encoding_base)
-    except ImportError as error:
+        return write_plots(output_dir, config.hidden_size, config.position_encoding_base, loss_unit(config.to_dict()))
+    except UsageError as error:  # matplotlib missing: `require_extra` names the extra
         print(f"no pictures in {output_dir}: {error}")
         return {}

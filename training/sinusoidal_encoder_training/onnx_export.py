@@ -22,7 +22,7 @@ from transformers import AutoModel, AutoModelForMaskedLM
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import UsageError, command, require_extra
 
 TASKS = {"fill-mask": (AutoModelForMaskedLM, "logits"), "feature-extraction": (AutoModel, "last_hidden_state")}
 
@@ -49,7 +49,7 @@ def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int 
     axes = {0: batch, 1: sequence}
     with torch.no_grad():
         torch.onnx.export(
-            _Exported(model, output_name),
+            _Exported(model, output_name).eval(),  # a new module starts in training mode
             (example, torch.ones_like(example)),
             path,
             input_names=["input_ids", "attention_mask"],
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
     """The command line: `sinusoidal-encoder-export-onnx`, `python -m sinusoidal_encoder_training.onnx_export`, or
     `training/export_onnx.py` in a checkout."""
     config = parse_args(argv)
+    for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
+        require_extra(module, what="the ONNX export")  # before the model is loaded
     auto_class, output_name = TASKS[config.task]
     model = auto_class.from_pretrained(config.model).eval()
     export_onnx(model, config.output_path, output_name, config.opset)

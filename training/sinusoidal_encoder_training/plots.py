@@ -16,20 +16,36 @@ import os
 import torch
 
 from sinusoidal_encoder import sinusoidal_position_encoding
+from sinusoidal_encoder_training.command_line import require_extra
 from sinusoidal_encoder_training.metrics_log import read_metrics
 
 PICTURES = {
     "encoding_heatmap.png": "The sinusoidal position encoding (positions × dimensions)",
     "encoding_dot_products.png": "PE(p)·PE(p+k) against the offset k",
-    "loss_curves.png": "Training and evaluation loss (masked-LM: with the unigram baseline and the order gap)",
+    "loss_curves.png": "Training and evaluation loss",
+}
+# what one unit of a run's loss is, by the task the folder's model was trained for (`loss_unit`)
+LOSS_UNITS = {
+    "masked_lm": "nats per masked token",
+    "token_classification": "nats per labelled token",
+    "single_label_classification": "nats per example",
+    "multi_label_classification": "nats per label",
+    "regression": "squared error per output",
 }
 
 
+def loss_unit(config: dict) -> str:
+    """The unit of the loss a model folder was trained with, from its config (`architectures`, `problem_type`)."""
+    architecture = (config.get("architectures") or [""])[0]
+    if architecture.endswith("ForMaskedLM"):
+        return LOSS_UNITS["masked_lm"]
+    if architecture.endswith("ForTokenClassification"):
+        return LOSS_UNITS["token_classification"]
+    return LOSS_UNITS.get(config.get("problem_type") or "", "per the training task")
+
+
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as error:
-        raise ImportError("Plotting needs matplotlib: pip install 'sinusoidal-encoder[plots]'.") from error
+    matplotlib = require_extra("matplotlib", what="drawing the pictures")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
@@ -75,10 +91,16 @@ def tokens_per_step(metrics: list[dict]) -> float | None:
     return None
 
 
-def plot_losses(path: str, metrics: list[dict], by_tokens: bool = False, title: str | None = None) -> bool:
-    """Training and evaluation loss, with the unigram baseline beside them and, in a second panel, the order gap
-    when the log has them (masked-LM pretraining). Against optimizer steps, or tokens seen with `by_tokens`.
-    False (and no file) when the log holds no losses."""
+def plot_losses(
+    path: str,
+    metrics: list[dict],
+    by_tokens: bool = False,
+    title: str | None = None,
+    unit: str = LOSS_UNITS["masked_lm"],
+) -> bool:
+    """Training and evaluation loss in `unit` (see `LOSS_UNITS`), with the unigram baseline beside them and, in a
+    second panel, the order gap when the log has them (masked-LM pretraining). Against optimizer steps, or tokens
+    seen with `by_tokens`. False (and no file) when the log holds no losses."""
     scale = (tokens_per_step(metrics) or 1.0) if by_tokens else 1.0
 
     def series(key: str) -> list[tuple[float, float]]:
@@ -98,7 +120,7 @@ def plot_losses(path: str, metrics: list[dict], by_tokens: bool = False, title: 
         ax.plot(*zip(*evaluation, strict=True), "o-", label="evaluation loss", linewidth=1.2)
     if unigram:
         ax.plot(*zip(*unigram, strict=True), "--", color="gray", label="unigram baseline (evaluation)")
-    ax.set_ylabel("loss (nats per masked token)")
+    ax.set_ylabel(f"loss ({unit})")
     if gap:
         right = axes[0][1]
         right.plot(*zip(*gap, strict=True), "o-", color="tab:red", linewidth=1.2)
@@ -117,13 +139,17 @@ def plot_losses(path: str, metrics: list[dict], by_tokens: bool = False, title: 
     return True
 
 
-def write_plots(output_dir: str, hidden_size: int, base: float = 10000.0) -> dict[str, str]:
-    """Draw every picture into `output_dir`; return {file name: title} of those written."""
+def write_plots(
+    output_dir: str, hidden_size: int, base: float = 10000.0, unit: str = LOSS_UNITS["masked_lm"]
+) -> dict[str, str]:
+    """Draw every picture into `output_dir`, the losses in `unit`; return {file name: title} of those written."""
     plot_encoding(os.path.join(output_dir, "encoding_heatmap.png"), hidden_size, base)
     plot_dot_products(os.path.join(output_dir, "encoding_dot_products.png"), hidden_size, base)
     written = {name: PICTURES[name] for name in ("encoding_heatmap.png", "encoding_dot_products.png")}
-    if plot_losses(os.path.join(output_dir, "loss_curves.png"), read_metrics(output_dir)):
-        written["loss_curves.png"] = PICTURES["loss_curves.png"]
+    metrics = read_metrics(output_dir)
+    if plot_losses(os.path.join(output_dir, "loss_curves.png"), metrics, unit=unit):
+        extras = " with the unigram baseline and the order gap" if any("eval_order_gap" in m for m in metrics) else ""
+        written["loss_curves.png"] = f"{PICTURES['loss_curves.png']} ({unit}){extras}"
     return written
 
 
@@ -133,7 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with open(os.path.join(args.folder, "config.json")) as handle:
         config = json.load(handle)
-    written = write_plots(args.folder, config["hidden_size"], config.get("position_encoding_base", 10000.0))
+    written = write_plots(
+        args.folder, config["hidden_size"], config.get("position_encoding_base", 10000.0), loss_unit(config)
+    )
     for name in written:
         print(os.path.join(args.folder, name))
 

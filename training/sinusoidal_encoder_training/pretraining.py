@@ -40,6 +40,7 @@ from sinusoidal_encoder_training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.export import describe_data, export_model
+from sinusoidal_encoder_training.hub import check_hub_access
 from sinusoidal_encoder_training.loop import (
     StageResult,
     TrainingTask,
@@ -354,6 +355,8 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
     summed loss divided by it; checked before training), as `MaskedLMTask` needs. Its initialisation is yours; the
     run's seed governs data order, masks and dropout."""
     accelerator = make_accelerator(config)
+    if config.push_to_hub:
+        check_hub_access(config.hub_model_id)
     tokenizer = load_tokenizer(config)
     if model is not None:
         check_model(model, len(tokenizer))
@@ -447,9 +450,11 @@ def main(argv: list[str] | None = None) -> None:
     `training/pretrain.py` in a checkout."""
     config = parse_args(argv)
     result = pretrain(config)
-    export(config, result)
-    if config.with_tracking:
-        result.accelerator.end_training()
+    try:
+        export(config, result)
+    finally:
+        if config.with_tracking:
+            result.accelerator.end_training()
 
 
 cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)

@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
@@ -73,19 +73,33 @@ def build_tokenizer(
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     bpe.decoder = decoders.ByteLevel()
+    # [MASK] takes in the space before it, as RoBERTa's <mask> does: "a [MASK]" is "a" then "[MASK]", with no lone
+    # 'Ġ' between, so a filled-in word (" the") lands with one space ("a the"), not two
+    specials = [
+        AddedToken(token, lstrip=name == "mask_token", rstrip=False, normalized=False, special=True)
+        for name, token in SPECIAL_TOKENS.items()
+    ]
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS.values()),
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(texts, trainer=trainer)
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
-    bpe.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}",
-        pair=f"{cls} $A {sep} $B:1 {sep}:1",
-        special_tokens=[(cls, bpe.token_to_id(cls)), (sep, bpe.token_to_id(sep))],
+    # ByteLevel first trims the space a token carries ('Ġ') out of its offsets, as RoBERTa's processor does: "Paris" in
+    # "Where is Paris" spans (9, 14), not (8, 14), so question-answering answers and token-classification starts
+    # begin at the word. Offsets only: the ids are those of the template alone.
+    bpe.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+            processors.TemplateProcessing(
+                single=f"{cls} $A {sep}",
+                pair=f"{cls} $A {sep} $B:1 {sep}:1",
+                special_tokens=[(cls, bpe.token_to_id(cls)), (sep, bpe.token_to_id(sep))],
+            ),
+        ]
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
