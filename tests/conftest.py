@@ -211,3 +211,33 @@ def folder_digest(folder) -> dict[str, str]:
         for path in sorted(root.rglob("*"))
         if path.is_file()
     }
+
+
+# the exported folders of `exported_folder`: a head and the text of its pipeline example
+VARIANTS = {
+    "fill-mask": ("SinusoidalEncoderForMaskedLM", "The function returns a [MASK] of positions."),
+    "text-classification": ("SinusoidalEncoderForSequenceClassification", "A passage to classify."),
+}
+
+
+def exported_folder(tmp_path, tokenizer, pipeline_tag: str) -> Path:
+    """A tiny randomly initialised model with the shipped tokenizer and a model card naming the folder (no Hub id),
+    as an export leaves it: `tmp_path/exported`."""
+    from sinusoidal_encoder_training.model_card import model_reference, pipeline_example, render_model_card
+
+    class_name, text = VARIANTS[pipeline_tag]
+    folder = tmp_path / "exported"
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_labels=2)
+    model = getattr(se, class_name)(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    render_model_card(
+        model,
+        str(folder),
+        pipeline_tag=pipeline_tag,
+        training_data="The built-in corpus.",
+        training_procedure="A few steps.",
+        metrics={"loss": 1.0},
+        usage_example=pipeline_example(pipeline_tag, model_reference(str(folder), None), text),
+    )
+    return folder

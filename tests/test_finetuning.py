@@ -215,6 +215,7 @@ def test_token_classification(tmp_path, pretrained):
     assert str(tmp_path / "t.jsonl") not in card and pretrained not in card and "base_model" not in front
     assert "local files: `t.jsonl` (training) and `v.jsonl` (validation)" in card
     assert "language" not in front and "datasets" not in front
+    assert front["model-index"][0]["results"][0]["dataset"]["name"] == "t.jsonl"  # not the built-in corpus
     assert "English" not in card and "loss (nats per labelled token)" in card
 
 

@@ -1,6 +1,6 @@
 """The exported model card's code runs as written: the package-installed block with the package, the
 `trust_remote_code` block without it, the pipeline example both ways; and after `publish.py` it names the Hub id.
-README's Python blocks run as written too."""
+(README's and the documentation's blocks: tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -11,35 +11,13 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, FakeHfApi, folder_digest, tiny_config
+from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import hub
-from sinusoidal_encoder_training.model_card import model_reference, pipeline_example, render_model_card
+from sinusoidal_encoder_training.model_card import render_model_card
 
 WITHOUT_PACKAGE = 'import sys\nsys.modules["sinusoidal_encoder"] = None  # not installed here\n'
-VARIANTS = {
-    "fill-mask": (se.SinusoidalEncoderForMaskedLM, "The function returns a [MASK] of positions."),
-    "text-classification": (se.SinusoidalEncoderForSequenceClassification, "A passage to classify."),
-}
-
-
-def exported_folder(tmp_path, tokenizer, pipeline_tag: str):
-    cls, text = VARIANTS[pipeline_tag]
-    folder = tmp_path / "exported"
-    model = cls(tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_labels=2))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    render_model_card(
-        model,
-        str(folder),
-        pipeline_tag=pipeline_tag,
-        training_data="The built-in corpus.",
-        training_procedure="A few steps.",
-        metrics={"loss": 1.0},
-        usage_example=pipeline_example(pipeline_tag, model_reference(str(folder), None), text),
-    )
-    return folder
 
 
 def python_blocks(card: str) -> list[str]:
@@ -90,19 +68,6 @@ def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer, monkeypatch):
     assert "name: me/tiny-encoder" in card  # the model-index
     assert textwrap.dedent(card).startswith("---")
     assert folder_digest(folder) == before  # the local card still loads the local folder
-
-
-@pytest.mark.slow
-def test_readme_python_snippets_run_as_written(tmp_path):
-    """README's Python blocks, in order, in one empty directory: "Use it" (with the package) saves `my-encoder`; the
-    next block loads it without the package; the long-input block loads it with the window option."""
-    readme = (REPO / "README.md").read_text()
-    use_it, without_package, long_inputs = python_blocks(readme)  # a new block needs a line here
-    for block, prefix in ((use_it, ""), (without_package, WITHOUT_PACKAGE), (long_inputs, "")):
-        proc = run_blocks([block], tmp_path, prefix)
-        assert proc.returncode == 0, block + proc.stderr[-3000:]
-        assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr
-    assert (tmp_path / "my-encoder" / "config.json").exists()
 
 
 def test_extra_sections_follow_the_evaluation(tmp_path, tokenizer):

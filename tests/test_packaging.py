@@ -125,8 +125,8 @@ def wheel_metadata(wheel: Path) -> tuple[dict[str, str], email.message.Message]:
 
 
 def extra_requirements(metadata: email.message.Message) -> dict[str, set[str]]:
-    """Each extra of the wheel's METADATA (but the development tools, `dev`): the distributions it installs, those
-    of the extras it names (`sinusoidal-encoder[onnx]`) included."""
+    """Each extra of the wheel's METADATA (but the tools of this repository's developers, `dev` and `docs`): the
+    distributions it installs, those of the extras it names (`sinusoidal-encoder[onnx]`) included."""
     own = canonicalize_name(metadata["Name"])
     requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
 
@@ -141,7 +141,7 @@ def extra_requirements(metadata: email.message.Message) -> dict[str, set[str]]:
                 found.add(canonicalize_name(requirement.name))
         return found
 
-    return {extra: installs(extra) for extra in metadata.get_all("Provides-Extra") if extra != "dev"}
+    return {extra: installs(extra) for extra in metadata.get_all("Provides-Extra") if extra not in ("dev", "docs")}
 
 
 def dependency_closure(names: set[str]) -> set[str]:

@@ -69,14 +69,14 @@ def test_text_classification(tmp_path, tokenizer):
         assert sum(r["score"] for r in scores) == pytest.approx(1.0, abs=1e-5)
 
 
+def save_tagger(tmp_path, tokenizer) -> str:
+    """A randomly initialised token classifier with the tags TAGS, saved with the shipped tokenizer."""
+    labels = {"id2label": TAGS, "label2id": {v: k for k, v in TAGS.items()}}
+    return save(tmp_path, se.SinusoidalEncoderForTokenClassification, tokenizer, **labels)
+
+
 def test_token_classification(tmp_path, tokenizer):
-    folder = save(
-        tmp_path,
-        se.SinusoidalEncoderForTokenClassification,
-        tokenizer,
-        id2label=TAGS,
-        label2id={v: k for k, v in TAGS.items()},
-    )
+    folder = save_tagger(tmp_path, tokenizer)
     tag = pipeline("token-classification", model=folder, aggregation_strategy="none", ignore_labels=[])
     text = "import the module"
     entities = tag(text)
@@ -92,13 +92,7 @@ def test_token_classification_entities_start_at_words(tmp_path, tokenizer, aggre
     """Issue 30, item 1: aggregated entities started at the space before their word. Their `start` now is the
     word's first character and text[start:end] is the word; `word` is the tokens decoded, and keeps the space the
     first token stands for (" today"), as RoBERTa's tokenizer gives it: decoding never drops text."""
-    folder = save(
-        tmp_path,
-        se.SinusoidalEncoderForTokenClassification,
-        tokenizer,
-        id2label=TAGS,
-        label2id={v: k for k, v in TAGS.items()},
-    )
+    folder = save_tagger(tmp_path, tokenizer)
     tag = pipeline("token-classification", model=folder, aggregation_strategy=aggregation, ignore_labels=[])
     for text in ("Where is Paris today", "The function returns the encoding of every position."):
         entities = tag(text)

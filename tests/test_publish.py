@@ -5,34 +5,18 @@ when the upload fails; `--dry_run` shows what would go; the token checked before
 from __future__ import annotations
 
 import pytest
-from conftest import FakeHfApi, folder_digest, tiny_config
+from conftest import FakeHfApi, exported_folder, folder_digest
 from huggingface_hub.errors import LocalTokenNotFoundError
 
-import sinusoidal_encoder as se
 from sinusoidal_encoder_training import hub
 from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.model_card import model_reference, pipeline_example, render_model_card
 
 
 @pytest.fixture
 def folder(tmp_path, tokenizer):
-    """An exported masked-LM folder as a run leaves it: a card naming the folder, resumable checkpoints beside the
-    model, an ONNX export."""
-    folder = tmp_path / "exported"
-    model = se.SinusoidalEncoderForMaskedLM(
-        tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    render_model_card(
-        model,
-        str(folder),
-        pipeline_tag="fill-mask",
-        training_data="The built-in corpus.",
-        training_procedure="A few steps.",
-        metrics={"loss": 1.0},
-        usage_example=pipeline_example("fill-mask", model_reference(str(folder), None), "A [MASK] test."),
-    )
+    """An exported masked-LM folder as a run leaves it: a card naming the folder, resumable checkpoints and tracker
+    logs beside the model, an ONNX export."""
+    folder = exported_folder(tmp_path, tokenizer, "fill-mask")
     (folder / "checkpoints" / "step_2").mkdir(parents=True)
     (folder / "checkpoints" / "step_2" / "optimizer.bin").write_bytes(b"x" * 100)
     (folder / "runs").mkdir()

@@ -162,7 +162,9 @@ MODULES = {
     "export_onnx": "onnx_export",
     "publish": "hub",
 }
-DOCUMENTS = sorted({*REPO.glob("*.md"), *REPO.glob("scripts/*.sh"), *REPO.glob("benchmarks/**/*.md")})
+DOCUMENTS = sorted(
+    {*REPO.glob("*.md"), *REPO.glob("docs/**/*.md"), *REPO.glob("scripts/*.sh"), *REPO.glob("benchmarks/**/*.md")}
+)
 
 
 def command_names(command: str) -> list[str]:
@@ -217,12 +219,6 @@ def test_the_documented_flags_are_found():
             ["--model_name_or_path", "m", "--output_dir", "x", "--train_file", "missing.txt"],
             "--train_file",
         ),
-        (
-            "pretrain",
-            ["--output_dir", "x", "--config_overrides", "position_mode=random_offset"],
-            "--config_overrides: `position_mode='random_offset'` needs `max_position_offset`",
-        ),
-        ("pretrain", ["--output_dir", "x", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
     ],
 )
 def test_a_bad_flag_stops_the_command_with_a_message_naming_it(tmp_path, script, argv, message):
@@ -331,6 +327,12 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--push_to_hub"], "--push_to_hub needs --hub_model_id"),
     ("pretrain", ["--output_dir", "OUT", "--push_to_hub", "--hub_model_id", "me/x"], "HF_HUB_OFFLINE is set"),
     ("pretrain", ["--output_dir", "OUT", "--language", "english"], "not a language code"),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--config_overrides", "position_mode=random_offset"],
+        "--config_overrides: `position_mode='random_offset'` needs `max_position_offset`",
+    ),
+    ("pretrain", ["--output_dir", "OUT", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
     ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
     ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
     ("finetune", ["--model_name_or_path", "m", "--output_dir", "OUT", "--task", "token-classification"], "data"),

@@ -85,6 +85,14 @@ def describe_data(config: DataConfig) -> str:
     return files + ", with a part held out for validation)"
 
 
+def data_label(config: DataConfig) -> str:
+    """A short name of a run's data (its Hub id, or the name of its local file or folder), for the model-index."""
+    if config.dataset_name:
+        local = os.path.exists(config.dataset_name)
+        return os.path.basename(os.path.normpath(config.dataset_name)) if local else config.dataset_name
+    return os.path.basename(config.train_file)
+
+
 def hub_dataset_id(config: DataConfig) -> str | None:
     """The Hub dataset a run trained on, for the card's `datasets:` (None for local data and the built-in corpus)."""
     if config.dataset_name and not os.path.exists(config.dataset_name):
@@ -127,6 +135,8 @@ def export_model(
     `card` holds the run's own sections of `render_model_card` (training data and procedure, metrics, ...); every
     card also gets the pictures, the dataset and Hub ids of `config` (a stage's configuration: training and data
     settings), and a `pipeline_tag` example on `example`."""
+    if card.get("dataset_name") is None and (config.dataset_name or config.train_file):
+        card["dataset_name"] = data_label(config)  # the model-index's name of the evaluation data
     accelerator.wait_for_everyone()
     # torch.compile's wrapper off (its keys carry an `_orig_mod.` prefix), DDP's and FSDP's kept: on every process,
     # FSDP gathers the full state on the main one

@@ -5,6 +5,7 @@ model-index with the evaluation results)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -90,12 +91,13 @@ def render_model_card(
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
     model_id = model_reference(output_dir, model_id)
+    evaluated_on = dataset_name or dataset_id or "built-in Python documentation corpus"
     eval_results = [
         EvalResult(
             task_type=pipeline_tag,
             task_name=task_name,
-            dataset_type=dataset_id or "builtin-python-docs",
-            dataset_name=dataset_name or dataset_id or "built-in Python documentation corpus",
+            dataset_type=dataset_id or re.sub(r"[^a-z0-9]+", "-", evaluated_on.lower()).strip("-"),
+            dataset_name=evaluated_on,
             dataset_split="validation",
             metric_type=name,
             metric_name=name,

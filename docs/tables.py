@@ -1,0 +1,508 @@
+"""The tables of results in the documentation, generated from the committed result files, so that no figure goes stale.
+
+    python docs/tables.py           # rewrites every table region of the pages
+    python docs/tables.py --check   # exits 1 naming each stale table and each README figure off its source
+
+A region of a page holds one generated table and the note naming its source, between two HTML comments:
+
+    <!-- table: NAME (python docs/tables.py) -->
+    ...
+    <!-- end table -->
+
+Nothing outside the regions is touched. The sources: a markdown report written by a benchmark is itself the
+committed result file (`benchmarks/results-small.md` by `benchmarks/benchmark.py`, `benchmarks/order-recipe.md`,
+`benchmarks/length-generalization.md`): its table rows are read by their label, never by position. The algorithmic
+tasks' table is computed from the per-run records `benchmarks/algorithmic/runs/results.jsonl` by the functions of
+`benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too. `tests/test_docs.py` runs
+the check, and checks README's headline figures (section "Results") against the same sources (`readme_problems`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python docs/tables.py` puts docs/ first on the path, not the repository
+    sys.path.insert(0, str(REPO))
+
+BLOB = "https://github.com/sinusoidal-encoder/sinusoidal-encoder/blob/main/"  # mkdocs --strict: no links out of docs/
+COMMAND = "python docs/tables.py"
+START = re.compile(r"^<!-- table: (?P<name>[\w-]+) \(python docs/tables\.py\) -->[ \t]*$")
+END = "<!-- end table -->"
+
+
+def link(path: str) -> str:
+    """A markdown link to a file of the repository, by its absolute GitHub address."""
+    return f"[{path}]({BLOB}{path})"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading the markdown reports
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every table of a markdown text: a list of rows (the header first, the `|---|` line left out), each a list of
+    cells, stripped."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if current is None:
+                current = []
+                tables.append(current)
+            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
+                current.append(cells)
+        else:
+            current = None
+    return tables
+
+
+@dataclass
+class Rows:
+    """The rows of one table of a report, by label (the first cell), each as {column header: cell}."""
+
+    path: str  # from the repository root
+    rows: dict[str, dict[str, str]]
+
+    def find(self, label: str | re.Pattern) -> dict[str, str] | None:
+        if isinstance(label, str):
+            return self.rows.get(label)
+        found = [row for name, row in self.rows.items() if label.fullmatch(name)]
+        if len(found) > 1:
+            raise ValueError(f"{self.path}: {len(found)} rows match {label.pattern!r}.")
+        return found[0] if found else None
+
+    def cell(self, label: str | re.Pattern, column: str) -> str:
+        row = self.find(label)
+        name = label if isinstance(label, str) else label.pattern
+        if row is None:
+            raise ValueError(f"{self.path}: no row {name!r} (the rows: {list(self.rows)}).")
+        if column not in row:
+            raise ValueError(f"{self.path}: no column {column!r} (the columns: {list(row)}).")
+        return row[column]
+
+
+def report_rows(path: str, column: str, text: str | None = None) -> Rows:
+    """The rows of the one table of the report `path` (or of `text`) whose header has the column `column`."""
+    text = (REPO / path).read_text(encoding="utf-8") if text is None else text
+    found = [table for table in markdown_tables(text) if column in table[0]]
+    if len(found) != 1:
+        raise ValueError(f"{path}: {len(found)} tables with a column {column!r}, expected 1.")
+    header, *body = found[0]
+    rows: dict[str, dict[str, str]] = {}
+    for cells in body:
+        if cells[0] in rows:
+            raise ValueError(f"{path}: the row {cells[0]!r} appears twice.")
+        rows[cells[0]] = dict(zip(header, cells, strict=False))
+    return Rows(path, rows)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines).replace("|  |", "| |")
+
+
+def minus(value: str) -> str:
+    """A number as the pages write it: a typographic minus."""
+    return "−" + value[1:] if value.startswith("-") else value
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the tables
+
+
+ORDER_RECIPE = "benchmarks/order-recipe.md"
+ORDER_ROWS = (  # (label on the page, arm in the report, in bold)
+    ("the previous main job: post-LN, dropout 0.1, lr 5e-4, 300 steps", "v16k_paper", False),
+    (
+        "the main job as shipped: pre-LN, no dropout, lr 2e-3, length warmup, bf16, 1,000 steps",
+        "main_v16k_1000",
+        True,
+    ),
+    ("the same with the position encoding switched off", "main_v16k_1000_no_position", False),
+)
+
+
+def order_recipe_table() -> str:
+    source = report_rows(ORDER_RECIPE, "order gap")
+    rows = []
+    for label, arm, bold in ORDER_ROWS:
+        tokens = int(source.cell(arm, "tokens").replace(",", ""))
+        gap = minus(source.cell(arm, "order gap"))
+        cells = [f"{tokens / 1e6:.2f}M", source.cell(arm, "eval loss"), source.cell(arm, "below unigram")]
+        rows.append([label, *cells, f"**{gap}**" if bold else gap])
+    header = ["recipe (small preset, 7.4M parameters)", "tokens", "eval loss", "below unigram", "order gap"]
+    note = (
+        f"Source: {link(ORDER_RECIPE)} (every arm, with the order gap at each evaluation; "
+        "`python benchmarks/order_recipe.py`)."
+    )
+    return table(header, rows) + "\n\n" + note
+
+
+LENGTH = "benchmarks/length-generalization.md"
+LENGTH_ROWS = (  # (label on the page, row of the report)
+    ("ours, post-LN (the paper)", "ours, post-LN (the paper)"),
+    ("`BertForMaskedLM`, learned positions (rows ≥ 128 untrained)", "BertForMaskedLM, learned positions"),
+    ("ours, no position encoding (ablation)", "ours, no position encoding (ablation)"),
+    (
+        "ours, post-LN, `long_input_attention_window=64`",
+        "ours, post-LN (the paper), attention within ±63 tokens at inference",
+    ),
+    (
+        "ours, random offset in training, `long_input_attention_window=64`",
+        "ours, random position offset (training-time remedy), attention within ±63 tokens at inference",
+    ),
+)
+
+
+def length_rows() -> Rows:
+    return report_rows(LENGTH, "1024 / 128")
+
+
+def length_seeds() -> int:
+    seeds = re.search(r"\bseeds ((?:\d+, )*\d+)\.", (REPO / LENGTH).read_text(encoding="utf-8"))
+    if not seeds:
+        raise ValueError(f"{LENGTH}: no 'seeds 0, 1.' in its settings line.")
+    return len(seeds[1].split(", "))
+
+
+def length_table() -> str:
+    source = length_rows()
+    rows = []
+    for label, row in LENGTH_ROWS:
+        losses = [source.cell(row, column).split()[0] for column in ("128 tokens", "1024 tokens")]  # the mean
+        rows.append([label, *losses, source.cell(row, "1024 / 128")])
+    header = [f"arm (mean of {length_seeds()} seeds)", "128 tokens", "1,024 tokens", "1,024 / 128"]
+    note = (
+        f"Source, with every arm, ± over seeds, perplexities, the fine-tuning table and the picture: {link(LENGTH)} "
+        "(`python -m benchmarks.length_generalization --output_dir outputs/length-generalization`, about 3 hours on "
+        "2 CPU cores)."
+    )
+    return table(header, rows) + "\n\n" + note
+
+
+ALGORITHMIC_RECORDS = "benchmarks/algorithmic/runs/results.jsonl"
+ALGORITHMIC_REPORT = "benchmarks/algorithmic/results.md"
+ALGORITHMIC_TASKS = ("bucket_sort", "reverse_string", "duplicate_string", "odds_first")
+ALGORITHMIC_ROWS = (  # (label on the page, arm)
+    ("no position encoding (= the majority symbol)", "none"),
+    ("sin/cos (the paper's encoding)", "sincos"),
+    ("BERT, learned absolute positions", "learned"),
+    ('`position_mode="ordered_subset"` (the paper\'s randomized sin/cos)', "randomized"),
+    ('the same weights, `position_inference="evenly_spaced"`', "randomized_evenly"),
+    ('`position_mode="stratified"`, `position_inference="evenly_spaced"` (ours)', "stratified"),
+)
+PAPER_ROW = "paper, Table 1: randomized sin/cos"
+
+
+def algorithmic_summary() -> tuple[Rows, dict[str, dict[str, list[dict]]]]:
+    """The summary table of benchmarks/algorithmic/results.md, computed afresh from the runs' records by
+    benchmarks/algorithmic/report.py, and the runs themselves."""
+    from benchmarks.algorithmic import report
+
+    runs = report.runs_by_task(REPO / Path(ALGORITHMIC_RECORDS).parent)
+    text = report.summary_table(runs)
+    return report_rows(ALGORITHMIC_RECORDS, "arm", text=text), runs
+
+
+def algorithmic_table() -> str:
+    from benchmarks.algorithmic.report import ARM_LABELS, PAPER_TABLE_1
+
+    summary, runs = algorithmic_summary()
+    seeds = {len(runs[task][arm]) for task in ALGORITHMIC_TASKS for _, arm in ALGORITHMIC_ROWS}
+    if len(seeds) != 1:
+        raise ValueError(f"{ALGORITHMIC_RECORDS}: the arms of the table have different numbers of seeds: {seeds}.")
+    rows = []
+    for label, arm in ALGORITHMIC_ROWS:
+        # "73.9 ± 0.7": the mean over the seeds, then their standard deviation
+        means = [summary.cell(ARM_LABELS[arm], f"{task}, 41–500").split()[0] for task in ALGORITHMIC_TASKS]
+        rows.append([label, *means])
+    rows.append(
+        ["paper, Table 1: randomized sin/cos (best of 30 runs)"]
+        + [f"{PAPER_TABLE_1[task]['randomized_sincos']:.1f}" for task in ALGORITHMIC_TASKS]
+    )
+    header = ["arm", *(task.replace("_", " ").title() for task in ALGORITHMIC_TASKS)]
+    caption = f"Per-token accuracy (%) past the training length (lengths 41–500), mean of {seeds.pop()} seeds:"
+    note = (
+        f"Computed from the runs' records, {link(ALGORITHMIC_RECORDS)}, by `benchmarks/algorithmic/report.py`. "
+        "With in-distribution accuracy, standard deviations, best seeds, training curves and every study: "
+        f"{link(ALGORITHMIC_REPORT)}."
+    )
+    return caption + "\n\n" + table(header, rows) + "\n\n" + note
+
+
+BENCHMARK_SIZES = ("small", "base")
+PERFORMANCE_ROWS = (  # (label on the page, row of benchmarks/results-<size>.md; None: the peak-memory sentence)
+    ("MLM training step, 16 × 128", "MLM training step, 16 × 128 (tokens/s)"),
+    ("inference, dense 32 × 128 (GELU, like for like)", "inference, dense 32 × 128 (tokens/s)"),
+    (
+        "inference, dense 32 × 128, ours with ReLU (the paper's default) against BERT with GELU",
+        "inference, dense 32 × 128, ours with ReLU (the paper's default) (tokens/s)",
+    ),
+    (
+        "inference, padded 32 × 40–256 tokens → 256 (real tokens/s)",
+        re.compile(r"inference, padded 32 × 40–256 → 256 \([\d,]+ real tokens; real tokens/s\)"),
+    ),
+    (
+        "inference, dense, ours under torch.compile (inductor, freezing) against eager BERT",
+        "inference, dense 32 × 128, ours compiled (tokens/s)",
+    ),
+    ("peak memory at 16,384 tokens / at 8,192 (ours; BERT stops at 512)", None),
+    ("data pipeline / what training consumes", "data pipeline (tokenise + pack) vs training consumption (tokens/s)"),
+)
+PIPELINE = "data pipeline (tokenise + pack) vs training consumption (tokens/s)"
+PEAK_MEMORY = re.compile(r"^Peak memory at 16,384 tokens / at 8,192 tokens: (?P<ratio>[\d.]+×)\.$", re.MULTILINE)
+
+
+def benchmark_file(size: str) -> str:
+    return f"benchmarks/results-{size}.md"
+
+
+def benchmark_rows(size: str) -> Rows:
+    return report_rows(benchmark_file(size), "ours / BERT")
+
+
+def performance_cell(size: str, row: str | re.Pattern | None) -> str:
+    """The ratio ours / BERT of `row` in benchmarks/results-<size>.md; "—" where the file has no such row."""
+    if row is None:
+        peak = PEAK_MEMORY.search((REPO / benchmark_file(size)).read_text(encoding="utf-8"))
+        return peak["ratio"] if peak else "—"
+    source = benchmark_rows(size)
+    if source.find(row) is None:
+        return "—"
+    ratio = source.cell(row, "ours / BERT")
+    if row == PIPELINE:  # "116.75×": a ratio in the hundreds, shown whole
+        return f"{round(float(ratio.rstrip('×'))):,}×"
+    return ratio
+
+
+def benchmark_flags(size: str) -> str:
+    """The flags of the run that wrote benchmarks/results-<size>.md, from its header and its length sweep."""
+    text = (REPO / benchmark_file(size)).read_text(encoding="utf-8")
+    command = re.search(r"`python benchmarks/benchmark\.py (?P<flags>[^`]*)`", text)
+    repeats = re.search(r"medians of (\d+) interleaved repetitions", text)
+    sweep = report_rows(benchmark_file(size), "ours: seconds", text=text)
+    if not (command and repeats and sweep.rows):
+        raise ValueError(f"{benchmark_file(size)}: not the header and length sweep benchmarks/benchmark.py writes.")
+    flags = command["flags"].replace("--size small", "").split()  # small is the default
+    flags += ["--repeats", repeats[1]]
+    longest = int(list(sweep.rows)[-1].replace(",", ""))
+    if longest != 16384:  # the default --max_length
+        flags += ["--max_length", str(longest)]
+    return " ".join(flags)
+
+
+def performance_table() -> str:
+    rows = [[label, *(performance_cell(size, row) for size in BENCHMARK_SIZES)] for label, row in PERFORMANCE_ROWS]
+    sources = " and ".join(f"{link(benchmark_file(size))} (`{benchmark_flags(size)}`)" for size in BENCHMARK_SIZES)
+    note = f"Sources: {sources}, where each row also gives the tokens/s of both models."
+    return "Ours / BERT:\n\n" + table(["", *BENCHMARK_SIZES], rows) + "\n\n" + note
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    page: str  # from the repository root
+    build: Callable[[], str]
+
+
+TABLES = (
+    Table("order-recipe", "docs/experiments.md", order_recipe_table),
+    Table("length-generalization", "docs/experiments.md", length_table),
+    Table("algorithmic-past-training", "docs/experiments.md", algorithmic_table),
+    Table("performance-summary", "docs/performance.md", performance_table),
+)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the regions of the pages
+
+
+def regions(text: str, page: str) -> dict[str, tuple[int, int]]:
+    """{name: (index of its start line, index of its end line)} of the table regions of a page's lines."""
+    found: dict[str, tuple[int, int]] = {}
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        start = START.match(lines[index])
+        if start is None:
+            if lines[index].strip() == END:
+                raise ValueError(f"{page}:{index + 1}: {END} without a table before it.")
+            index += 1
+            continue
+        name = start["name"]
+        if name in found:
+            raise ValueError(f"{page}:{index + 1}: a second region of table {name!r}.")
+        end = next((i for i in range(index + 1, len(lines)) if lines[i].strip() == END or START.match(lines[i])), None)
+        if end is None or lines[end].strip() != END:
+            raise ValueError(f"{page}:{index + 1}: the region of table {name!r} has no {END} line.")
+        found[name] = (index, end)
+        index = end + 1
+    return found
+
+
+def rewritten(text: str, page: str, built: dict[str, str]) -> str:
+    """`text` with the region of every table in `built` holding its generated text."""
+    lines = text.split("\n")
+    spans = regions(text, page)
+    for name, (start, end) in sorted(spans.items(), key=lambda item: -item[1][0]):  # from the bottom up
+        if name in built:
+            lines[start + 1 : end] = ["", *built[name].split("\n"), ""]
+    return "\n".join(lines)
+
+
+def pages() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def updates() -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """{page: (text now, text with fresh tables)} of every page with a table region, and the problems with the
+    regions themselves (a table without its region, a region of no known table)."""
+    known = {table.name: table for table in TABLES}
+    problems, result = [], {}
+    for path in pages():
+        page = path.relative_to(REPO).as_posix()
+        text = path.read_text(encoding="utf-8")
+        spans = regions(text, page)
+        for name in spans:
+            if name not in known:
+                problems.append(f"{page}: a region of no table {name!r} (the tables: {', '.join(known)})")
+            elif known[name].page != page:
+                problems.append(f"{page}: the region of table {name!r} belongs in {known[name].page}")
+        built = {name: known[name].build() for name in spans if name in known and known[name].page == page}
+        if spans:
+            result[page] = (text, rewritten(text, page, built))
+    for table_ in TABLES:
+        text, _ = result.get(table_.page, ("", ""))
+        if table_.name not in regions(text, table_.page):
+            problems.append(
+                f"{table_.page}: no region for table {table_.name!r}: add `<!-- table: {table_.name} ({COMMAND}) -->`"
+                f" and `{END}` lines where it goes"
+            )
+    return result, problems
+
+
+def stale_tables() -> list[str]:
+    """One line for each table whose page disagrees with its source files (and each problem with the regions),
+    naming the table and the command that rewrites it; [] when every table is fresh."""
+    result, problems = updates()
+    for page, (now, fresh) in result.items():
+        if now == fresh:
+            continue
+        for name, (start, end) in regions(now, page).items():
+            old = now.split("\n")[start + 1 : end]
+            new_start, new_end = regions(fresh, page)[name]
+            new = fresh.split("\n")[new_start + 1 : new_end]
+            if old != new:
+                diff = [
+                    line
+                    for line in difflib.unified_diff(old, new, lineterm="", n=0)
+                    if line[:1] in "+-" and line[:3] not in ("+++", "---")
+                ]
+                shown = "\n".join(f"    {line}" for line in diff[:8]) + ("\n    ..." if len(diff) > 8 else "")
+                problems.append(
+                    f"{page}:{start + 1}: table {name!r} disagrees with its source: run `{COMMAND}`\n{shown}"
+                )
+    return problems
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# README's headline figures
+
+MAIN_JOB_TRANSCRIPT = "docs/pretraining.md"  # the main job's printed last lines; its outputs/ folder is not committed
+FINAL_EVALUATION = re.compile(
+    r"final evaluation: eval_loss (?P<loss>[\d.]+), eval_perplexity (?P<perplexity>[\d.]+), "
+    r"eval_unigram_loss (?P<unigram>[\d.]+), eval_order_gap (?P<gap>-?[\d.]+)"
+)
+
+
+def readme_figures() -> dict[str, list[tuple[str, str]]]:
+    """{the bold lead of a bullet of README's "Results": [(figure as the bullet writes it, its source), ...]}."""
+    from benchmarks.algorithmic.report import ARM_LABELS
+
+    final = FINAL_EVALUATION.search((REPO / MAIN_JOB_TRANSCRIPT).read_text(encoding="utf-8"))
+    if final is None:
+        raise ValueError(f"{MAIN_JOB_TRANSCRIPT}: no 'final evaluation: eval_loss ...' line.")
+    small, length = benchmark_rows("small"), length_rows()
+    summary, _ = algorithmic_summary()
+    tasks_mean, paper_mean = "41–500, mean over the tasks", "41–500 best seed, mean over the tasks"
+    transcript = f"{MAIN_JOB_TRANSCRIPT}, the main job's final evaluation"
+    return {
+        "The main job": [
+            (f"evaluation loss {float(final['loss']):.2f}", transcript),
+            (f"(perplexity {float(final['perplexity']):.1f})", transcript),
+            (f"against {float(final['unigram']):.2f} for a unigram model", transcript),
+            (f"costs it {float(final['gap']):.2f} nats", transcript),
+        ],
+        "Against transformers' `BertForMaskedLM`": [
+            (f"{small.cell(PERFORMANCE_ROWS[0][1], 'ours / BERT')} the masked-LM training", small.path),
+            (f"{small.cell(PERFORMANCE_ROWS[1][1], 'ours / BERT')} the dense inference", small.path),
+        ],
+        "Past the training length": [
+            (f"rises {length.cell(LENGTH_ROWS[0][1], '1024 / 128')} for the paper's model", length.path),
+            (f"{length.cell(LENGTH_ROWS[3][1], '1024 / 128')} with the shipped remedy", length.path),
+            (f"{length.cell(LENGTH_ROWS[4][1], '1024 / 128')} with random offsets in training too", length.path),
+        ],
+        "Algorithmic tasks": [
+            (f"reach {summary.cell(ARM_LABELS['stratified'], tasks_mean)}% (mean over seeds)", ALGORITHMIC_RECORDS),
+            (f"the paper's {summary.cell(PAPER_ROW, paper_mean).split()[0]}% (best of 30 runs)", ALGORITHMIC_RECORDS),
+        ],
+    }
+
+
+def readme_results() -> dict[str, str]:
+    """The bullets of README's section "Results", by their bold lead, each joined into one line."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Results\n(?P<body>.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    if section is None:
+        raise ValueError("README.md: no section '## Results'.")
+    bullets = re.split(r"^- ", section["body"], flags=re.MULTILINE)[1:]
+    found = {}
+    for bullet in bullets:
+        lead = re.match(r"\*\*(?P<lead>.+?)\*\*", bullet)
+        if lead:
+            found[lead["lead"]] = " ".join(bullet.split())
+    return found
+
+
+def readme_problems() -> list[str]:
+    """One line for each figure of README's "Results" that its source file does not give as written."""
+    bullets, problems = readme_results(), []
+    for lead, figures in readme_figures().items():
+        if lead not in bullets:
+            problems.append(f"README.md, Results: no bullet '**{lead}**' (the bullets: {list(bullets)})")
+            continue
+        for figure, source in figures:
+            if figure not in bullets[lead]:
+                problems.append(f"README.md, Results, '{lead}': {source} gives {figure!r}, not in the bullet")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="Change nothing; exit 1 if a table is stale.")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = stale_tables() + readme_problems()
+        for problem in problems:
+            print(problem)
+        return 1 if problems else 0
+    result, problems = updates()
+    for page, (now, fresh) in result.items():
+        if now != fresh:
+            (REPO / page).write_text(fresh, encoding="utf-8")
+            print(f"rewrote the tables of {page}")
+    for problem in problems + readme_problems():
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
