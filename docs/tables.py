@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 import sys
 from collections.abc import Callable
@@ -306,6 +307,27 @@ def performance_table() -> str:
     return "Ours / BERT:\n\n" + table(["", *BENCHMARK_SIZES], rows) + "\n\n" + note
 
 
+FINETUNE = "benchmarks/finetune-builtin.json"
+FINETUNE_ROWS = (  # (label on the page, prefix of the metrics in eval_results.json, in bold)
+    ("majority class (`transformers`)", "majority_", False),
+    ("TF-IDF (1–2-grams) + logistic regression, same split", "tfidf_logreg_", True),
+    ("sinusoidal encoder, pretrained by the main job (1,000 steps), fine-tuned 1 epoch", "eval_", False),
+)
+
+
+def finetune_table() -> str:
+    """The built-in downstream task: the model and the baselines of one `scripts/finetune.sh` run, from its
+    eval_results.json as committed."""
+    record = json.loads((REPO / FINETUNE).read_text())
+    results = record["eval_results"]
+    rows = []
+    for label, prefix, bold in FINETUNE_ROWS:
+        cells = [f"{results[prefix + metric]:.3f}" for metric in ("accuracy", "macro_f1")]
+        rows.append([label, *(f"**{cell}**" if bold else cell for cell in cells)])
+    note = f"Source: {link(FINETUNE)} (commit {record['commit']}, {record['date']})."
+    return table(["on the validation passages", "accuracy", "macro-F1"], rows) + "\n\n" + note
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -318,6 +340,7 @@ TABLES = (
     Table("length-generalization", "docs/experiments.md", length_table),
     Table("algorithmic-past-training", "docs/experiments.md", algorithmic_table),
     Table("performance-summary", "docs/performance.md", performance_table),
+    Table("finetune-builtin", "docs/finetuning.md", finetune_table),
 )
 
 
