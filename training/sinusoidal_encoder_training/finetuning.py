@@ -454,7 +454,7 @@ def finetune(
     describes one); a `model_init` may return any architecture whose forward gives `logits`."""
     accelerator = make_accelerator(config)
     if config.push_to_hub:
-        check_hub_access(config.hub_model_id)
+        check_hub_access(config.hub_model_id, flag="--push_to_hub")
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     with accelerator.main_process_first():

@@ -48,9 +48,19 @@ def published_card(folder: str, repo_id: str) -> str:
         return use_hub_id(handle.read(), repo_id)
 
 
-def check_hub_access(repo_id: str, api=None) -> str:
+def check_hub_access(repo_id: str, api=None, flag: str | None = None) -> str:
     """Before any work: the Hub is reachable, a token is there, and it may write to `repo_id`'s namespace. Returns
-    the token's user name; raises `UsageError` naming what to do otherwise. `api` is an `HfApi` (injectable)."""
+    the token's user name; raises `UsageError` naming what to do otherwise (after `flag`, the flag that asked for
+    the upload, when there is one). `api` is an `HfApi` (injectable)."""
+    try:
+        return _check_hub_access(repo_id, api)
+    except UsageError as error:
+        if flag is None:
+            raise
+        raise UsageError(f"{flag}: {error}") from error.__cause__
+
+
+def _check_hub_access(repo_id: str, api=None) -> str:
     from huggingface_hub import HfApi, constants
 
     if constants.is_offline_mode():

@@ -356,7 +356,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
     run's seed governs data order, masks and dropout."""
     accelerator = make_accelerator(config)
     if config.push_to_hub:
-        check_hub_access(config.hub_model_id)
+        check_hub_access(config.hub_model_id, flag="--push_to_hub")
     tokenizer = load_tokenizer(config)
     if model is not None:
         check_model(model, len(tokenizer))
