@@ -98,7 +98,8 @@ def require_extra(module: str, extra: str | None = None, what: str = "this comma
         raise usage from error
 
 
-def _debugging() -> bool:
+def debugging() -> bool:
+    """Whether SINUSOIDAL_ENCODER_DEBUG asks for the tracebacks of anticipated errors."""
     return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
 
 
@@ -115,16 +116,16 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
         try:
             main()
         except UsageError as error:
-            if _debugging():
+            if debugging():
                 raise
             _fail(f"error: {error}", 2)
         except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
             usage = missing_extra(error)
-            if usage is None or _debugging():
+            if usage is None or debugging():
                 raise
             _fail(f"error: {usage}", 2)
         except KeyboardInterrupt as interruption:
-            if _debugging():
+            if debugging():
                 raise
             _fail(f"{interruption or 'interrupted.'}", 130)
 
@@ -140,7 +141,7 @@ def run_stage(module: str) -> None:
         stage = importlib.import_module(f"sinusoidal_encoder_training.{module}")
     except ModuleNotFoundError as error:
         usage = missing_extra(error)
-        if usage is None or _debugging():
+        if usage is None or debugging():
             raise
         _fail(f"error: {usage}", 2)
     stage.cli()

@@ -12,7 +12,7 @@ from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .arguments import TrainingConfig
-from .command_line import DEBUG_VARIABLE, UsageError
+from .command_line import UsageError, debugging
 from .data import DataConfig
 from .hub import error_line, push_folder_to_hub
 from .model_card import draw_pictures, model_reference, pipeline_example, render_model_card
@@ -187,7 +187,7 @@ def optional_step(what: str, function, *args, **kwargs):
     try:
         return function(*args, **kwargs)
     except Exception as error:
-        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+        if debugging():
             raise
         print(f"could not {what}: {error_line(error)} (the model is saved)")
         return None
