@@ -14,7 +14,8 @@ underneath):
     offset        ours with `position_mode="random_offset"`: in training each sequence starts at a random position
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
-perplexity, identical masks across arms). Past the training length the sinusoidal arms are measured with the
+perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
+arms). Past the training length the sinusoidal arms are measured with the
 inference-time candidates too: positions scaled into the trained range, and `long_input_attention_window` (attention
 within ±63 or ±127 tokens). It fine-tunes post_ln, bert and offset on the offline downstream task, and writes
 `results.json`, `results.md` (the tables) and `length_generalization.png` (loss against evaluation length) into
@@ -58,6 +59,7 @@ from sinusoidal_encoder_training.data import (
 )
 from sinusoidal_encoder_training.export import published_config, save_tokenizer, write_sentence_transformers_files
 from sinusoidal_encoder_training.metrics_log import perplexity, read_metrics
+from sinusoidal_encoder_training.mlm_evaluation import permute_inner_tokens, unigram_log_probs
 
 ARMS = {
     "post_ln": "ours, post-LN (the paper)",
@@ -287,14 +289,21 @@ def evaluation_batches(tokenizer, lengths: Sequence[int], config: LengthGenerali
 
 @torch.no_grad()
 def masked_lm_loss(
-    model, batches: list[dict], position_scale: float = 1.0, window: int | None = None
+    model,
+    batches: list[dict],
+    position_scale: float = 1.0,
+    window: int | None = None,
+    permute_seed: int | None = None,
 ) -> tuple[float, int]:
     """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. Two inference-time
     remedies for our model: `position_scale` < 1 feeds positions p·scale (long inputs squeezed into the trained range);
     `window` is `long_input_attention_window`: past the training length each token attends only to the tokens fewer
-    than `window` positions away."""
+    than `window` positions away. With `permute_seed`, each block's tokens (all but the first) are shuffled first,
+    masks moving with their tokens, as the order gap of pretraining's evaluation does (`permute_inner_tokens`)."""
     total, count = 0.0, 0
     for batch in batches:
+        if permute_seed is not None:
+            batch = permute_inner_tokens(batch, permute_seed)
         ids, labels = batch["input_ids"], batch["labels"]
         keep = labels != -100
         if isinstance(model, BertForMaskedLM):
@@ -313,6 +322,32 @@ def masked_lm_loss(
     return total / max(count, 1), count
 
 
+def unigram_loss(batches: list[dict], log_probs: torch.Tensor) -> float:
+    """The unigram baseline on the masked tokens of `batches`: minus the mean training log-frequency of each."""
+    total, count = 0.0, 0
+    for batch in batches:
+        labels = batch["labels"]
+        keep = labels != -100
+        total -= float(log_probs[labels[keep]].sum())
+        count += int(keep.sum())
+    return total / max(count, 1)
+
+
+def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Tensor:
+    """(V,) log-frequencies of the training split as pretraining counts them (`unigram_log_probs`, blocks of the
+    training length), cached in --output_dir."""
+    path = os.path.join(config.output_dir, "unigram_log_probs.pt")
+    if os.path.exists(path):
+        return torch.load(path)
+    train = load_builtin_corpus()["train"]
+    raw = datasets.DatasetDict({"train": train, "validation": train.select(range(1))})
+    blocks = tokenize_and_pack(raw, tokenizer, TRAIN_LENGTH)["train"]
+    log_probs = unigram_log_probs(blocks, len(tokenizer), tokenizer.all_special_ids)
+    os.makedirs(config.output_dir, exist_ok=True)
+    torch.save(log_probs, path)
+    return log_probs
+
+
 SINUSOIDAL_ARMS = ("post_ln", "pre_ln", "offset")  # the arms whose positions can be scaled or windowed
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
 # inference-time remedies measured past the training length, by result key: what the table calls them
@@ -320,14 +355,21 @@ VARIANTS = {
     "scaled_loss": "positions scaled into the trained range at inference",
     **{f"window{w}_loss": f"attention within ±{w - 1} tokens at inference" for w in WINDOWS},
 }
-MEASUREMENTS = ("loss", "masked_tokens", *VARIANTS)
+# per length beside the loss: the order gap (the loss with each block's tokens shuffled, minus the loss) and the
+# unigram baseline (the same for every arm: the training split's token frequencies on the same masked tokens)
+MEASUREMENTS = ("loss", "masked_tokens", "order_gap", "unigram_loss", *VARIANTS)
 
 
 def evaluate_arm(
-    config: LengthGeneralizationConfig, arm: str, seed: int, batches: dict[int, list[dict]]
+    config: LengthGeneralizationConfig,
+    arm: str,
+    seed: int,
+    batches: dict[int, list[dict]],
+    unigram: torch.Tensor,
 ) -> dict[str, Any]:
-    """Loss at every length; for the sinusoidal arms past the training length also with positions scaled into the
-    trained range, and with attention windowed to the training span. Cached in the run folder."""
+    """Loss, order gap and unigram baseline at every length; for the sinusoidal arms past the training length also
+    the loss with positions scaled into the trained range, and with attention windowed to the training span. Cached
+    in the run folder."""
     folder = run_folder(config, arm, seed)
     path = os.path.join(folder, "length_evaluation.json")
     if os.path.exists(path):
@@ -340,11 +382,17 @@ def evaluate_arm(
     for length, length_batches in batches.items():
         loss, count = masked_lm_loss(model, length_batches)
         result["loss"][str(length)], result["masked_tokens"][str(length)] = loss, count
+        permuted = masked_lm_loss(model, length_batches, permute_seed=config.mask_seed)[0]
+        result["order_gap"][str(length)] = permuted - loss
+        result["unigram_loss"][str(length)] = unigram_loss(length_batches, unigram)
         if arm in SINUSOIDAL_ARMS and length > TRAIN_LENGTH:
             result["scaled_loss"][str(length)] = masked_lm_loss(model, length_batches, TRAIN_LENGTH / length)[0]
             for window in WINDOWS:
                 result[f"window{window}_loss"][str(length)] = masked_lm_loss(model, length_batches, window=window)[0]
-        print(f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens")
+        print(
+            f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens, order gap "
+            f"{result['order_gap'][str(length)]:+.4f}"
+        )
     with open(path, "w") as handle:
         json.dump(result, handle, indent=2)
     return result
@@ -396,9 +444,12 @@ def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
 def summarise(config: LengthGeneralizationConfig, runs: dict, evaluations: dict, finetuned: dict) -> dict[str, Any]:
     lengths = [str(length) for length in config.eval_lengths]
     summary: dict[str, Any] = {"arms": {}, "lengths": list(config.eval_lengths), "train_length": TRAIN_LENGTH}
+    some = next(iter(evaluations.values()))
+    summary["unigram_loss"] = {length: some["unigram_loss"][length] for length in lengths}  # the same for every arm
     for arm in config.arms:
         seeds = [seed for seed in config.seeds if (arm, seed) in evaluations]
         per_length = {length: [evaluations[arm, seed]["loss"][length] for seed in seeds] for length in lengths}
+        gaps = {length: [evaluations[arm, seed]["order_gap"][length] for seed in seeds] for length in lengths}
         variants = {
             name: {
                 length: [evaluations[arm, seed][name][length] for seed in seeds]
@@ -411,6 +462,7 @@ def summarise(config: LengthGeneralizationConfig, runs: dict, evaluations: dict,
             "label": ARMS[arm],
             "seeds": seeds,
             "loss": per_length,
+            "order_gap": gaps,
             **variants,
             "validation_loss": [runs[arm, seed]["validation_loss"] for seed in seeds],
             "validation_curve": runs[arm, seeds[0]]["validation_curve"],
@@ -459,6 +511,22 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
             ratio = _mean(data[name][lengths[-1]]) / _mean(data["loss"][lengths[0]])
             lines.append(f"| {data['label']}, {description} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
     lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
+    lines += [
+        "",
+        "Order gap (nats per masked token: the loss with each block's tokens shuffled, the masks moving with them, "
+        "minus the loss as written; 0 for a model that ignores order), mean over seeds, and the unigram baseline "
+        "(training-split token frequencies on the same masked tokens):",
+        "",
+        "| arm | " + " | ".join(f"{length} tokens" for length in lengths) + " |",
+        "|---|" + "---|" * len(lengths),
+    ]
+    for data in summary["arms"].values():
+        lines.append(
+            f"| {data['label']} | " + " | ".join(f"{_mean(data['order_gap'][n]):+.3f}" for n in lengths) + " |"
+        )
+    lines.append(
+        "| unigram baseline (loss) | " + " | ".join(f"{summary['unigram_loss'][n]:.3f}" for n in lengths) + " |"
+    )
     tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
     if tuned:
         lines += [
@@ -573,7 +641,8 @@ def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
     runs = {(arm, seed): pretrain_arm(config, arm, seed) for seed in config.seeds for arm in order}
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     batches = evaluation_batches(tokenizer, config.eval_lengths, config)
-    evaluations = {(arm, seed): evaluate_arm(config, arm, seed, batches) for arm, seed in runs}
+    unigram = training_unigram(tokenizer, config)
+    evaluations = {(arm, seed): evaluate_arm(config, arm, seed, batches, unigram) for arm, seed in runs}
     finetuned = {
         arm: finetune_arm(config, arm, config.seeds[0])
         for arm in config.finetune_arms

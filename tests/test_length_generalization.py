@@ -10,7 +10,7 @@ import math
 import datasets
 import pytest
 import torch
-from conftest import random_ids, tiny_config
+from conftest import VOCAB_SIZE, random_ids, tiny_config
 from matplotlib import image as mpimg
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
@@ -73,6 +73,24 @@ def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
     assert not model.config.sparse_prediction and model.config.long_input_attention_window is None  # as it was
 
 
+@pytest.mark.parametrize(("position_mode", "gap_is_zero"), [("consecutive", False), ("none", True)])
+def test_the_order_gap_shuffles_each_block_and_is_zero_without_positions(position_mode, gap_is_zero):
+    """`permute_seed` scores the blocks with their tokens shuffled (the first kept, masks moving with their tokens):
+    a model without positions is permutation-equivariant, so its loss is unchanged; ours changes."""
+    config = tiny_config(position_mode=position_mode)
+    model = se.SinusoidalEncoderForMaskedLM(config).eval()
+    ids = random_ids(3, 12)
+    labels = torch.where(torch.rand(ids.shape) < 0.4, ids, torch.full_like(ids, -100))
+    batches = [{"input_ids": ids, "labels": labels, "example_id": torch.arange(3)}]
+    loss, count = lg.masked_lm_loss(model, batches)
+    shuffled, shuffled_count = lg.masked_lm_loss(model, batches, permute_seed=5)
+    assert shuffled_count == count  # the same masked tokens, moved
+    assert (shuffled == pytest.approx(loss, abs=1e-6)) == gap_is_zero
+    assert lg.masked_lm_loss(model, batches, permute_seed=5) == (shuffled, count)  # the same shuffle every time
+    uniform = torch.full((VOCAB_SIZE,), -math.log(VOCAB_SIZE), dtype=torch.float64)
+    assert lg.unigram_loss(batches, uniform) == pytest.approx(math.log(VOCAB_SIZE))
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
@@ -128,6 +146,8 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
         # two steps from initialisation: about the uniform guess over the 16,384-token vocabulary
         assert set(arm["loss"]) == {"128", "256"}
         assert all(abs(v[0] - math.log(16384)) < 1.5 for v in arm["loss"].values()), arm["loss"]
+    assert all(abs(gap[0]) < 1e-4 for gap in summary["arms"]["no_position"]["order_gap"].values())  # ignores order
+    assert set(summary["arms"]["post_ln"]["order_gap"]) == set(summary["unigram_loss"]) == {"128", "256"}
     for variant in (
         "scaled_loss",
         "window64_loss",
@@ -140,6 +160,7 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     tables = (out / "results.md").read_text()
     assert "BertForMaskedLM" in tables and "| arm | 128 tokens | 256 tokens | 256 / 128 |" in tables
     assert "attention within ±63 tokens at inference" in tables and "within ±127 tokens" in tables
+    assert "Order gap (nats per masked token" in tables and "| unigram baseline (loss) |" in tables
     picture = mpimg.imread(out / "length_generalization.png")
     assert picture.ndim == 3 and min(picture.shape[:2]) > 200 and picture.std() > 0.01  # a drawn figure
     published = AutoModelForMaskedLM.from_pretrained(out / "published")
