@@ -15,13 +15,13 @@ underneath):
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
-arms). Past the training length the sinusoidal arms are measured with the
-inference-time candidates too: positions scaled into the trained range, and `long_input_attention_window` (attention
-within ±63 or ±127 tokens). It fine-tunes post_ln, bert and offset on the offline downstream task, and writes
-`results.json`, `results.md` (the tables) and `length_generalization.png` (loss against evaluation length) into
---output_dir, and a Hub-ready folder `published/` (the offset arm configured with the window that measured best,
-whose model card carries the table and the plot). Everything is kept: run the command again after a kill and it
-resumes the run in progress and skips what is finished.
+arms). Past the training length the sinusoidal arms are measured with the inference-time candidates too: positions
+scaled into the trained range, and `long_input_attention_window` (attention within ±63 or ±127 tokens). It
+fine-tunes post_ln, bert and offset on the offline downstream task, and writes `results.json`, `results.md` (the
+tables) and `length_generalization.png` (loss against evaluation length) into --output_dir, and a Hub-ready folder
+`published/` (the offset arm configured with the window that measured best, whose model card carries the table and
+the plot). Everything is kept: run the command again after a kill and it resumes the run in progress and skips what
+is finished.
 """
 
 from __future__ import annotations
