@@ -3,21 +3,24 @@
     python -m benchmarks.length_generalization --output_dir outputs/length-generalization
 
 Pretrains each arm on the built-in offline corpus with the shipped tokenizer, the "small" dimensions and training
-length 128, with identical data order, masks, steps, optimiser, schedule and seed (the flags of training/pretrain.py
-underneath):
+length 128, with the main job's recipe (scripts/pretrain.sh: pre-LN, no dropout, learning rate 2e-3, the
+sequence-length warmup, bf16 where the CPU has bf16 instructions, 1,000 steps of 32 blocks) and identical data
+order, masks, steps, optimiser, schedule and seed (the flags of training/pretrain.py underneath):
 
-    post_ln       ours, post-LN (the paper)
-    pre_ln        ours, pre-LN
-    bert          transformers' BertForMaskedLM of identical size: learned absolute positions, a table long enough
-                  for the longest evaluation, whose rows past the training length are never trained
-    no_position   ours with `position_mode="none"`: no position encoding (ablation: how much order matters here)
-    offset        ours with `position_mode="random_offset"`: in training each sequence starts at a random position
+    shipped         ours as shipped: consecutive positions 0…T-1 (the paper's encoding), the main job itself
+    ordered_subset  ours with `position_mode="ordered_subset"`: the randomized positions of Ruoss et al. (2023)
+    stratified      ours with `position_mode="stratified"`, evenly spaced at inference
+    offset          ours with `position_mode="random_offset"`: in training each sequence starts at a random position
+    bert            transformers' BertForMaskedLM of identical size (post-LN: BERT has no pre-LN): learned absolute
+                    positions, a table long enough for the longest evaluation, whose rows past the training length
+                    are never trained
+    no_position     ours with `position_mode="none"`: no position encoding (ablation: how much order matters here)
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
 arms). Past the training length the sinusoidal arms are measured with the inference-time candidates too: positions
 scaled into the trained range, and `long_input_attention_window` (attention within ±63 or ±127 tokens). It
-fine-tunes post_ln, bert and offset on the offline downstream task, and writes `results.json`, `results.md` (the
+fine-tunes the --finetune_arms on the offline downstream task, and writes `results.json`, `results.md` (the
 tables) and `length_generalization.png` (loss against evaluation length) into --output_dir, and a Hub-ready folder
 `published/` (the offset arm configured with the window that measured best, whose model card carries the table and
 the plot). Everything is kept: run the command again after a kill and it resumes the run in progress and skips what
@@ -33,7 +36,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import datasets
 import torch
@@ -58,15 +61,17 @@ from sinusoidal_encoder_training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.export import published_config, save_tokenizer, write_sentence_transformers_files
+from sinusoidal_encoder_training.loop import bf16_is_fast
 from sinusoidal_encoder_training.metrics_log import perplexity, read_metrics
 from sinusoidal_encoder_training.mlm_evaluation import permute_inner_tokens, unigram_log_probs
 
 ARMS = {
-    "post_ln": "ours, post-LN (the paper)",
-    "pre_ln": "ours, pre-LN",
-    "bert": "BertForMaskedLM, learned positions",
+    "shipped": "ours as shipped (consecutive positions)",
+    "ordered_subset": "ours, ordered subset of positions (randomized)",
+    "stratified": "ours, stratified positions (evenly spaced at inference)",
+    "offset": "ours, random position offset in training",
+    "bert": "BertForMaskedLM, learned positions (rows ≥ 128 untrained)",
     "no_position": "ours, no position encoding (ablation)",
-    "offset": "ours, random position offset (training-time remedy)",
 }
 DONE = "experiment_run.json"  # written last into a finished run's folder
 TRAIN_LENGTH = 128
@@ -81,16 +86,26 @@ class LengthGeneralizationConfig(FlagConfig):
         default_factory=lambda: list(ARMS), metadata={"help": "Arms to run.", "choices": list(ARMS)}
     )
     seeds: list[int] = dataclasses.field(
-        default_factory=lambda: [0, 1], metadata={"help": "Pretraining seeds of every arm."}
+        default_factory=lambda: [42, 43], metadata={"help": "Pretraining seeds of every arm (42: the main job's)."}
     )
-    max_train_steps: int = dataclasses.field(default=600, metadata={"help": "Pretraining steps of every arm."})
+    model_overrides: str | None = dataclasses.field(
+        default="norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0",
+        metadata={"help": "--config_overrides of every arm (the main job's); each arm adds its own."},
+    )
+    max_train_steps: int = dataclasses.field(default=1000, metadata={"help": "Pretraining steps of every arm."})
     per_device_train_batch_size: int = dataclasses.field(default=32, metadata={"help": "Sequences per step."})
-    learning_rate: float = dataclasses.field(default=5e-4, metadata={"help": "Peak learning rate of every arm."})
+    learning_rate: float = dataclasses.field(default=2e-3, metadata={"help": "Peak learning rate of every arm."})
     num_warmup_steps: int | None = dataclasses.field(
-        default=None, metadata={"help": "Warmup (default: 6% of the steps)."}
+        default=100, metadata={"help": "Warmup steps (none: 6% of the steps)."}
+    )
+    seq_length_schedule: str | None = dataclasses.field(
+        default="16:150,32:300,64:450", metadata={"help": "The sequence-length warmup of every arm (pretrain.py's)."}
+    )
+    mixed_precision: Literal["auto", "no", "bf16"] = dataclasses.field(
+        default="auto", metadata={"help": "auto: bf16 where it is fast (a GPU, a CPU with bf16 instructions)."}
     )
     eval_steps: int | None = dataclasses.field(
-        default=None, metadata={"help": "Validation every N steps (default: steps/6)."}
+        default=250, metadata={"help": "Validation every N steps (none: steps/6)."}
     )
     config_name: str = dataclasses.field(default="small", metadata={"help": "The size preset of every arm."})
     eval_lengths: list[int] = dataclasses.field(
@@ -103,7 +118,7 @@ class LengthGeneralizationConfig(FlagConfig):
         },
     )
     finetune_arms: list[str] = dataclasses.field(
-        default_factory=lambda: ["post_ln", "bert", "offset"],
+        default_factory=lambda: ["shipped", "stratified", "bert"],
         metadata={"help": "Arms fine-tuned downstream.", "nargs": "*"},
     )
     finetune_steps: int = dataclasses.field(default=300, metadata={"help": "Fine-tuning steps of every arm."})
@@ -206,25 +221,36 @@ def read_finished(folder: str) -> dict[str, Any] | None:
         return json.load(handle)
 
 
+def arm_overrides(config: LengthGeneralizationConfig, arm: str) -> str | None:
+    """`--config_overrides` of an arm: the recipe's (`model_overrides`), then the arm's own position setting."""
+    own = {
+        "ordered_subset": "position_mode=ordered_subset",
+        "stratified": "position_mode=stratified,position_inference=evenly_spaced",
+        "offset": f"position_mode=random_offset,max_position_offset={config.random_position_offset}",
+        "no_position": "position_mode=none",
+    }.get(arm)
+    return ",".join(part for part in (config.model_overrides, own) if part) or None
+
+
 def arm_settings(config: LengthGeneralizationConfig, arm: str, seed: int) -> pretraining.PretrainingConfig:
     """The pretraining run of one arm and seed: the same settings for every arm but the model's own."""
-    overrides = {
-        "pre_ln": "norm_first=true",
-        "no_position": "position_mode=none",
-        "offset": f"position_mode=random_offset,max_position_offset={config.random_position_offset}",
-    }
+    precision = config.mixed_precision
+    if precision == "auto":
+        precision = "bf16" if bf16_is_fast() else "no"
     return pretraining.PretrainingConfig(
         config_name=config.config_name,
-        config_overrides=overrides.get(arm),
+        config_overrides=arm_overrides(config, arm),
         max_seq_length=TRAIN_LENGTH,
+        seq_length_schedule=config.seq_length_schedule,
         per_device_train_batch_size=config.per_device_train_batch_size,
         learning_rate=config.learning_rate,
         num_warmup_steps=config.num_warmup_steps,
         max_train_steps=config.max_train_steps,
+        mixed_precision=precision,
         eval_steps=config.eval_interval,
         logging_steps=20,
-        checkpointing_steps=config.eval_interval,
-        checkpoints_total_limit=1,
+        checkpointing_steps=50,
+        checkpoints_total_limit=2,
         resume_from_checkpoint="latest",
         seed=seed,
         output_dir=run_folder(config, arm, seed),
@@ -348,7 +374,7 @@ def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Ten
     return log_probs
 
 
-SINUSOIDAL_ARMS = ("post_ln", "pre_ln", "offset")  # the arms whose positions can be scaled or windowed
+SINUSOIDAL_ARMS = ("shipped", "offset")  # the arms with positions 0…T-1 at inference: they can be scaled or windowed
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
 # inference-time remedies measured past the training length, by result key: what the table calls them
 VARIANTS = {
@@ -481,11 +507,14 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
     lengths = [str(length) for length in summary["lengths"]]
     some = next(iter(summary["arms"].values()))
     seeds = ", ".join(str(s) for s in some["seeds"])
+    recipe = f"`{config.model_overrides}`, " if config.model_overrides else ""
+    if config.seq_length_schedule:
+        recipe += f"sequence-length warmup `{config.seq_length_schedule}`, "
     lines = [
         f"Each arm: the `{config.config_name}` preset ({some['parameters'] / 1e6:.1f}M parameters with BERT's "
         f"embeddings counted for the BERT arm), {config.max_train_steps:,} steps of "
         f"{config.per_device_train_batch_size} × {TRAIN_LENGTH} tokens ({some['tokens_seen']:,} tokens), "
-        f"lr {config.learning_rate:g}, seeds {seeds}. "
+        f"{recipe}lr {config.learning_rate:g}, mixed precision {config.mixed_precision}, seeds {seeds}. "
         "Masked-token-weighted loss on the held-out split (perplexity in brackets), mean over seeds; "
         "identical masks across arms.",
         "",
@@ -560,7 +589,7 @@ def plot(summary: dict, path: str) -> None:
         high = [max(data["loss"][str(length)]) - means[i] for i, length in enumerate(lengths)]
         line = ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
         windowed = data.get(f"window{WINDOWS[0]}_loss") or {}
-        if arm in ("post_ln", "offset") and windowed:  # the shipped remedy, on the paper's arm and the offset arm
+        if arm in SINUSOIDAL_ARMS and windowed:  # the shipped remedy, on the paper's positions and the offset arm
             xs = [length for length in lengths if str(length) in windowed]
             ys = [_mean(windowed[str(length)]) for length in xs]
             ax.plot(
@@ -637,7 +666,7 @@ def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
     """Every arm pretrained, evaluated and (some) fine-tuned, the report written; returns the summary."""
     os.makedirs(config.output_dir, exist_ok=True)
     # seed by seed, the paper's arm and the remedy first: a partial run already compares what matters most
-    order = sorted(config.arms, key=["post_ln", "offset", "bert", "pre_ln", "no_position"].index)
+    order = sorted(config.arms, key=list(ARMS).index)
     runs = {(arm, seed): pretrain_arm(config, arm, seed) for seed in config.seeds for arm in order}
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     batches = evaluation_batches(tokenizer, config.eval_lengths, config)

@@ -4,22 +4,14 @@
 # print fill-mask predictions. Ends in outputs/small-builtin, a Hub-ready folder. Killed or interrupted, the same
 # command resumes from the newest checkpoint. Extra arguments go to training/pretrain.py (they override the defaults below).
 #
-# The recipe (README, "Does the model use word order?"): pre-LN, no dropout, learning rate 2e-3, and a
+# The recipe (docs/experiments.md, "Does the model use word order?"): pre-LN, no dropout, learning rate 2e-3, and a
 # sequence-length warmup (rows of 16, 32, then 64 tokens for 150 steps each, then whole 128-token blocks), with which
 # attention learns to use position within the budget; bf16 autocast where the CPU (or GPU) has bf16 arithmetic.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-precision=$(.venv/bin/python - <<'PY'
-import torch
-
-fast_bf16 = torch.cuda.is_available() or any(
-    getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-)
-print("bf16" if fast_bf16 else "no")
-PY
-)
+precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.loop import bf16_is_fast; print('bf16' if bf16_is_fast() else 'no')")
 .venv/bin/python training/pretrain.py \
   --config_name small \
   --config_overrides norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0 \

@@ -6,31 +6,52 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 
 import datasets
 import pytest
 import torch
-from conftest import VOCAB_SIZE, random_ids, tiny_config
+from conftest import REPO, VOCAB_SIZE, random_ids, tiny_config
 from matplotlib import image as mpimg
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 import sinusoidal_encoder as se
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import data, finetuning
+from sinusoidal_encoder_training import data, finetuning, pretraining
+from sinusoidal_encoder_training.loop import bf16_is_fast
 
 
 def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
-    """Every arm pretrains with the same run settings; the ablation is the library's `position_mode="none"` and the
-    offset arm the library's training offset, each a config override of the same model."""
+    """Every arm pretrains with the same run settings; each position option is the library's own, a config override
+    added to the recipe's (pre-LN, no dropout)."""
     config = lg.LengthGeneralizationConfig(output_dir=str(tmp_path), random_position_offset=96)
-    settings = {arm: lg.arm_settings(config, arm, seed=3) for arm in ("post_ln", "pre_ln", "no_position", "offset")}
-    assert settings["post_ln"].config_overrides is None
-    assert settings["pre_ln"].config_overrides == "norm_first=true"
-    assert settings["no_position"].config_overrides == "position_mode=none"
-    assert settings["offset"].config_overrides == "position_mode=random_offset,max_position_offset=96"
+    settings = {arm: lg.arm_settings(config, arm, seed=3) for arm in lg.ARMS}
+    recipe = "norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0"
+    assert settings["shipped"].config_overrides == settings["bert"].config_overrides == recipe
+    assert settings["no_position"].config_overrides == recipe + ",position_mode=none"
+    assert settings["ordered_subset"].config_overrides == recipe + ",position_mode=ordered_subset"
+    assert settings["stratified"].config_overrides == (
+        recipe + ",position_mode=stratified,position_inference=evenly_spaced"
+    )
+    assert settings["offset"].config_overrides == recipe + ",position_mode=random_offset,max_position_offset=96"
     common = [dataclasses.replace(s, config_overrides=None, output_dir="") for s in settings.values()]
     assert all(run == common[0] for run in common) and common[0].seed == 3
     assert lg.arm_model("no_position", settings["no_position"]) is None  # built by pretraining from the settings
+
+
+def test_the_shipped_arm_is_the_main_job():
+    """The experiment's defaults train the shipped arm with seed 42 exactly as `bash scripts/pretrain.sh` does: its
+    flags, parsed by pretrain.py's parser, give the same settings (but for where and how often it saves)."""
+    script = (REPO / "scripts" / "pretrain.sh").read_text()
+    lines = script[script.index(".venv/bin/python training/pretrain.py") :].splitlines()
+    end = next(i for i, line in enumerate(lines) if not line.rstrip().endswith("\\"))  # the command's last line
+    argv = shlex.split(" ".join(line.rstrip().rstrip("\\") for line in lines[: end + 1]))[2:]
+    precision = "bf16" if bf16_is_fast() else "no"
+    argv = [precision if arg == "$precision" else arg for arg in argv if arg != "$@"]
+    main_job = pretraining.parse_args(argv)
+    shipped = lg.arm_settings(lg.LengthGeneralizationConfig(output_dir="x"), "shipped", seed=42)
+    saving = ("output_dir", "checkpointing_steps", "checkpoints_total_limit", "logging_steps")
+    assert dataclasses.replace(shipped, **{f: getattr(main_job, f) for f in saving}) == main_job
 
 
 def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
@@ -130,7 +151,9 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     config = lg.LengthGeneralizationConfig(
         output_dir=str(tmp_path / "experiment"),
         config_name="tiny",
-        arms=["post_ln", "bert", "no_position", "offset"],
+        arms=["shipped", "bert", "no_position", "offset"],
+        seq_length_schedule=None,
+        mixed_precision="no",
         seeds=[0],
         max_train_steps=2,
         per_device_train_batch_size=4,
@@ -141,13 +164,13 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     )
     summary = lg.run_experiment(config)
     out = tmp_path / "experiment"
-    assert set(summary["arms"]) == {"post_ln", "bert", "no_position", "offset"}
+    assert set(summary["arms"]) == {"shipped", "bert", "no_position", "offset"}
     for arm in summary["arms"].values():
         # two steps from initialisation: about the uniform guess over the 16,384-token vocabulary
         assert set(arm["loss"]) == {"128", "256"}
         assert all(abs(v[0] - math.log(16384)) < 1.5 for v in arm["loss"].values()), arm["loss"]
     assert all(abs(gap[0]) < 1e-4 for gap in summary["arms"]["no_position"]["order_gap"].values())  # ignores order
-    assert set(summary["arms"]["post_ln"]["order_gap"]) == set(summary["unigram_loss"]) == {"128", "256"}
+    assert set(summary["arms"]["shipped"]["order_gap"]) == set(summary["unigram_loss"]) == {"128", "256"}
     for variant in (
         "scaled_loss",
         "window64_loss",
@@ -177,4 +200,4 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("*/seed0/model.safetensors")}
     again = lg.run_experiment(config)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    assert again["arms"]["post_ln"]["loss"] == summary["arms"]["post_ln"]["loss"]
+    assert again["arms"]["shipped"]["loss"] == summary["arms"]["shipped"]["loss"]

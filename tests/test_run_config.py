@@ -56,7 +56,7 @@ def test_derived_values_are_computed_from_the_fields():
     assert dataclasses.replace(custom, baselines=True).with_baselines
     assert not dataclasses.replace(builtin, dataset_name="d").builtin  # a variant derives its own values
 
-    experiment = lg.LengthGeneralizationConfig(output_dir="out", max_train_steps=60, seeds=[3])
+    experiment = lg.LengthGeneralizationConfig(output_dir="out", max_train_steps=60, eval_steps=None, seeds=[3])
     assert experiment.eval_interval == 10 and experiment.seeds == [3]
     assert lg.LengthGeneralizationConfig(output_dir="out", eval_steps=7).eval_interval == 7
 

@@ -89,6 +89,16 @@ def make_loaders(
     return train_loader, eval_loader
 
 
+def bf16_is_fast() -> bool:
+    """Whether bf16 autocast pays here: a CUDA GPU, or a CPU with AVX512-BF16 or AMX instructions (elsewhere bf16 is
+    emulated and slower than fp32). The main job (scripts/pretrain.sh) trains in bf16 where it is."""
+    if torch.cuda.is_available():
+        return True
+    return any(
+        getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
+
+
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
