@@ -503,6 +503,58 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values)
 
 
+POSITION_OPTIONS = ("shipped", "ordered_subset", "stratified", "offset")  # our arms with positions
+
+
+def targets(summary: dict) -> list[tuple[str, str, bool]]:
+    """Issue 33's targets, each as (target, the figures measured, met): the best of our position options at 4× the
+    training length (lowest loss there) within +0.3 nats of its own loss at the training length and keeping at least
+    half of its order gap; below BERT's loss at every length past training; at the training length within 0.05 nats
+    of the shipped arm. Those whose arms or lengths were not run are left out."""
+    arms, train = summary["arms"], str(summary["train_length"])
+    four = str(4 * summary["train_length"])
+    longer = [str(n) for n in summary["lengths"] if n > summary["train_length"]]
+    ours = [arm for arm in POSITION_OPTIONS if arm in arms]
+    if not ours or four not in arms[ours[0]]["loss"]:
+        return []
+
+    def mean(arm: str, key: str, length: str) -> float:
+        return _mean(arms[arm][key][length])
+
+    best = min(ours, key=lambda arm: mean(arm, "loss", four))
+    name = ARMS[best]
+    rise = mean(best, "loss", four) - mean(best, "loss", train)
+    gap_train, gap_four = mean(best, "order_gap", train), mean(best, "order_gap", four)
+    kept = gap_four / gap_train if gap_train > 0 else float("nan")
+    found = [
+        (f"{name}: loss at {four} tokens within +0.3 nats of its loss at {train}", f"{rise:+.3f} nats", rise <= 0.3),
+        (
+            f"{name}: order gap at {four} tokens at least half of its gap at {train}",
+            f"{gap_four:+.3f} against {gap_train:+.3f} ({kept:.0%})",
+            kept >= 0.5,
+        ),
+    ]
+    if "bert" in arms:
+        pairs = [(n, mean(best, "loss", n), mean("bert", "loss", n)) for n in longer]
+        found.append(
+            (
+                f"{name}: below BERT's loss at every length past {train} tokens",
+                ", ".join(f"{n}: {ours_:.3f} against {bert:.3f}" for n, ours_, bert in pairs),
+                all(ours_ < bert for _, ours_, bert in pairs),
+            )
+        )
+    if "shipped" in arms:
+        difference = mean(best, "loss", train) - mean("shipped", "loss", train)
+        found.append(
+            (
+                f"{name}: loss at {train} tokens within 0.05 nats of the shipped arm's",
+                f"{difference:+.3f} nats",
+                difference <= 0.05,
+            )
+        )
+    return found
+
+
 def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
     lengths = [str(length) for length in summary["lengths"]]
     some = next(iter(summary["arms"].values()))
@@ -556,6 +608,11 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
     lines.append(
         "| unigram baseline (loss) | " + " | ".join(f"{summary['unigram_loss'][n]:.3f}" for n in lengths) + " |"
     )
+    reached = targets(summary)
+    if reached:
+        lines += ["", "Targets (the best of our position options at 4× the training length):", ""]
+        lines += ["| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {target} | {measured} | {'yes' if met else '**no**'} |" for target, measured, met in reached]
     tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
     if tuned:
         lines += [
@@ -581,13 +638,15 @@ def plot(summary: dict, path: str) -> None:
     from sinusoidal_encoder_training.plots import _pyplot
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 6))
     lengths = summary["lengths"]
     for arm, data in summary["arms"].items():
         means = [_mean(data["loss"][str(length)]) for length in lengths]
         low = [means[i] - min(data["loss"][str(length)]) for i, length in enumerate(lengths)]
         high = [max(data["loss"][str(length)]) - means[i] for i, length in enumerate(lengths)]
         line = ax.errorbar(lengths, means, yerr=[low, high], marker="o", capsize=3, label=data["label"])
+        gaps = [_mean(data["order_gap"][str(length)]) for length in lengths]
+        right.plot(lengths, gaps, marker="o", color=line[0].get_color())
         windowed = data.get(f"window{WINDOWS[0]}_loss") or {}
         if arm in SINUSOIDAL_ARMS and windowed:  # the shipped remedy, on the paper's positions and the offset arm
             xs = [length for length in lengths if str(length) in windowed]
@@ -600,12 +659,18 @@ def plot(summary: dict, path: str) -> None:
                 color=line[0].get_color(),
                 label=f"{data['label']}, {VARIANTS[f'window{WINDOWS[0]}_loss']}",
             )
-    ax.axvline(summary["train_length"], color="grey", linestyle=":", linewidth=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [str(length) for length in lengths])
-    ax.set_xlabel("evaluation length (tokens); dotted: training length")
+    unigram = [summary["unigram_loss"][str(length)] for length in lengths]
+    ax.plot(lengths, unigram, linestyle=":", color="grey", label="unigram baseline")
+    for axis in (ax, right):
+        axis.axvline(summary["train_length"], color="grey", linestyle=":", linewidth=1)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(lengths, [str(length) for length in lengths])
+        axis.set_xlabel("evaluation length (tokens); dotted: training length")
+        axis.grid(alpha=0.3)
     ax.set_ylabel("masked-token loss (held-out)")
-    ax.grid(alpha=0.3)
+    right.axhline(0.0, color="grey", linewidth=0.8)
+    right.set_ylabel("order gap (nats): shuffled − as written")
+    right.set_title("Use of word order")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -112,6 +112,34 @@ def test_the_order_gap_shuffles_each_block_and_is_zero_without_positions(positio
     assert lg.unigram_loss(batches, uniform) == pytest.approx(math.log(VOCAB_SIZE))
 
 
+def test_targets_judge_the_best_option_at_four_times_the_training_length():
+    def arm(losses, gaps):
+        return {"loss": {n: [v] for n, v in losses.items()}, "order_gap": {n: [v] for n, v in gaps.items()}}
+
+    summary = {
+        "train_length": 128,
+        "lengths": [128, 256, 512],
+        "arms": {
+            "shipped": arm({"128": 4.30, "256": 5.0, "512": 6.0}, {"128": 2.7, "256": 1.0, "512": 0.2}),
+            "stratified": arm({"128": 4.33, "256": 4.45, "512": 4.55}, {"128": 2.6, "256": 2.0, "512": 1.2}),
+            "bert": arm({"128": 4.4, "256": 4.50, "512": 7.0}, {"128": 2.5, "256": 0.5, "512": 0.0}),
+        },
+    }
+    found = {target.split(": ", 1)[1]: (measured, met) for target, measured, met in lg.targets(summary)}
+    assert all(target.startswith(lg.ARMS["stratified"]) for target, _, _ in lg.targets(summary))  # lowest at 512
+    assert found["loss at 512 tokens within +0.3 nats of its loss at 128"] == ("+0.220 nats", True)
+    assert found["order gap at 512 tokens at least half of its gap at 128"] == ("+1.200 against +2.600 (46%)", False)
+    assert found["below BERT's loss at every length past 128 tokens"] == (
+        "256: 4.450 against 4.500, 512: 4.550 against 7.000",
+        True,
+    )
+    assert found["loss at 128 tokens within 0.05 nats of the shipped arm's"] == ("+0.030 nats", True)
+    summary["lengths"] = [128, 256]  # no 4× length: nothing to judge
+    for measured in summary["arms"].values():
+        del measured["loss"]["512"]
+    assert lg.targets(summary) == []
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
