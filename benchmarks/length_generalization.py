@@ -121,7 +121,9 @@ class LengthGeneralizationConfig(FlagConfig):
         default_factory=lambda: ["shipped", "stratified", "bert"],
         metadata={"help": "Arms fine-tuned downstream.", "nargs": "*"},
     )
-    finetune_steps: int = dataclasses.field(default=300, metadata={"help": "Fine-tuning steps of every arm."})
+    finetune_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "Fine-tuning steps of every arm (none: one epoch, as scripts/finetune.sh)."}
+    )
     eval_tokens_per_batch: int = dataclasses.field(default=8192, metadata={"help": "Evaluation batch size in tokens."})
     mask_seed: int = dataclasses.field(default=1234, metadata={"help": "Seed of the evaluation masks (all arms)."})
 
@@ -438,11 +440,13 @@ def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
         model_name_or_path=pretrained,
         output_dir=folder,
         max_train_steps=config.finetune_steps,
+        num_train_epochs=1,  # with no --finetune_steps: scripts/finetune.sh's settings
         max_length=TRAIN_LENGTH,
         learning_rate=1e-4,
         per_device_train_batch_size=32,
+        eval_steps=200,
         logging_steps=20,
-        checkpointing_steps=100,
+        checkpointing_steps=200,
         checkpoints_total_limit=1,
         resume_from_checkpoint="latest",
         seed=seed,
@@ -614,10 +618,11 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
         lines += ["| target | measured | met |", "|---|---|---|"]
         lines += [f"| {target} | {measured} | {'yes' if met else '**no**'} |" for target, measured, met in reached]
     tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
+    budget = f"{config.finetune_steps} steps" if config.finetune_steps else "one epoch, as scripts/finetune.sh"
     if tuned:
         lines += [
             "",
-            f"Fine-tuned on the offline downstream task ({config.finetune_steps} steps, seed {config.seeds[0]}):",
+            f"Fine-tuned on the offline downstream task ({budget}, seed {config.seeds[0]}):",
             "",
             "| arm | accuracy | macro-F1 |",
             "|---|---|---|",
