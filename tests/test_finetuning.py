@@ -275,6 +275,10 @@ def test_bad_input_fails_before_training(tmp_path, pretrained):
         run_finetune(**base, train_file=no_label, validation_file=no_label)
     with pytest.raises(ValueError, match="--label_column_name 'nope'"):
         run_finetune(**base, train_file=train, label_column_name="nope")
+    scores = write_jsonl(tmp_path / "r.jsonl", [{"text": s, "label": i / 10} for i, s in enumerate(SENTENCES)])
+    with pytest.raises(ValueError, match=r"--baselines applies to single-label .* not regression"):
+        run_finetune(**base, train_file=scores, baselines=True)  # found before training, not after it
+    assert not os.path.exists(os.path.join(out, "metrics.jsonl"))
     # a folder of another model type
     from transformers import BertConfig
 
