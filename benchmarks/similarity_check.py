@@ -2,6 +2,7 @@
 higher against its paraphrase than against an unrelated sentence (cosine similarity of mean-pooled embeddings).
 
     python -m benchmarks.similarity_check outputs/small-builtin
+    python -m benchmarks.similarity_check outputs/small-builtin --results results.jsonl --label "the main job"
 
 Every exported folder carries the sentence-transformers files (transformer + mean pooling), so
 `SentenceTransformer(folder)` loads it with no extra code. The set is written in the domain of the built-in corpus
@@ -138,11 +139,51 @@ def similarity_scores(encoder, triples=ALL_TRIPLES) -> list[tuple[float, float]]
     return scores
 
 
+def summary(scores: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Per set (shared-word, low-overlap, all): how many triples rank the paraphrase first, of how many, and the mean
+    margin (cosine to the paraphrase minus cosine to the unrelated sentence)."""
+    parts = {"shared_word": scores[: len(TRIPLES)], "low_overlap": scores[len(TRIPLES) :], "all": scores}
+    return {
+        name: {
+            "ranked": sum(similar > other for similar, other in part),
+            "of": len(part),
+            "margin": sum(similar - other for similar, other in part) / len(part),
+        }
+        for name, part in parts.items()
+    }
+
+
+def record(path: str, label: str, model: str, scores: list[tuple[float, float]]) -> dict:
+    """Append one line to the results file `path`: the label the tables show, the model, the date, the commit of
+    the checkout (when there is one), each set's summary and every triple's two cosines."""
+    import datetime
+    import json
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    line = {
+        "label": label,
+        "model": model,
+        "date": datetime.date.today().isoformat(),
+        "commit": commit.stdout.strip() or None,
+        **summary(scores),
+        "scores": [[round(similar, 6), round(other, 6)] for similar, other in scores],
+    }
+    with open(path, "a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    return line
+
+
 def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
-    """Print every triple's two cosines and the count per set; return the scores of ALL_TRIPLES, in order."""
+    """Print every triple's two cosines and the count per set (appended to --results with --label); return the
+    scores of ALL_TRIPLES, in order."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="An exported folder (or Hub id) with the sentence-transformers files.")
+    parser.add_argument("--results", help="A JSON-lines file to append this measurement to.")
+    parser.add_argument("--label", help="What the model is, as a table of results names it (with --results).")
     args = parser.parse_args(argv)
+    if args.results and not args.label:
+        parser.error("--results needs --label: the name of this measurement in the tables.")
     from sentence_transformers import SentenceTransformer
 
     import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
@@ -151,11 +192,14 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
     scores = similarity_scores(encoder)
     for (anchor, _, _), (similar, other) in zip(ALL_TRIPLES, scores, strict=True):
         print(f"{similar:+.3f} paraphrase  {other:+.3f} unrelated  {'ok ' if similar > other else 'NO '} {anchor}")
-    parts = (("shared-word", scores[: len(TRIPLES)]), ("low-overlap", scores[len(TRIPLES) :]))
-    for name, part in (*parts, ("all", scores)):
-        right = sum(similar > other for similar, other in part)
-        margin = sum(similar - other for similar, other in part) / len(part)
-        print(f"{name}: {right}/{len(part)} triples rank the paraphrase first (mean margin {margin:+.3f})")
+    for name, part in summary(scores).items():
+        print(
+            f"{name.replace('_', '-')}: {part['ranked']}/{part['of']} triples rank the paraphrase first "
+            f"(mean margin {part['margin']:+.3f})"
+        )
+    if args.results:
+        record(args.results, args.label, args.model, scores)
+        print(f"appended to {args.results}")
     return scores
 
 

@@ -186,8 +186,14 @@ def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path,
     model.save_pretrained(tmp_path)
     save_tokenizer(tokenizer, str(tmp_path))
     write_sentence_transformers_files(str(tmp_path), model.config)
-    scores = similarity_check.main([str(tmp_path)])
+    results = tmp_path / "results.jsonl"
+    scores = similarity_check.main([str(tmp_path), "--results", str(results), "--label", "a random model"])
     assert len(scores) == len(similarity_check.ALL_TRIPLES) == 16
+    (line,) = [json.loads(text) for text in results.read_text().splitlines()]  # what the tables are made from
+    assert line["label"] == "a random model" and line["scores"] == [[round(a, 6), round(b, 6)] for a, b in scores]
+    assert line["shared_word"]["of"] == 8 and line["low_overlap"]["of"] == 8 and line["all"]["of"] == 16
+    ranked = sum(similar > other for similar, other in scores[:8])
+    assert line["shared_word"]["ranked"] == ranked
     anchor, paraphrase, unrelated = similarity_check.TRIPLES[0]
     batch = tokenizer([anchor, paraphrase, unrelated], padding=True, return_tensors="pt")
     with torch.no_grad():
