@@ -74,10 +74,12 @@ def describe_data(config: DataConfig) -> str:
     """The training data of a run as the model card states it: a Hub dataset by its id, local files or folders by
     their names (never a path of the machine that trained)."""
     if config.dataset_name:
-        if os.path.exists(config.dataset_name):
-            source = f"a local dataset, `{os.path.basename(os.path.normpath(config.dataset_name))}`"
-        else:
-            source = f"[`{config.dataset_name}`](https://huggingface.co/datasets/{config.dataset_name})"
+        hub_id = hub_dataset_id(config)
+        source = (
+            f"[`{hub_id}`](https://huggingface.co/datasets/{hub_id})"
+            if hub_id
+            else f"a local dataset, `{data_label(config)}`"
+        )
         return source + (f" (configuration `{config.dataset_config_name}`)" if config.dataset_config_name else "")
     files = f"local files: `{os.path.basename(config.train_file)}` (training"
     if config.validation_file:
