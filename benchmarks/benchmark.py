@@ -29,6 +29,10 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 import sinusoidal_encoder as se
 
+if __package__ in (None, ""):  # `python benchmarks/benchmark.py`: the repository root is not on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import timing
+
 SIZES = {
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
@@ -58,57 +62,13 @@ def configs(size: str, dropout: float = 0.1):
     return ours, bert
 
 
-class Worker:
-    """One model and one workload in a process of its own, timing one call per request on its stdin.
-
-    Each model gets its own process, hence its own allocator heap, as it would in a user's program. In one shared
-    process the two models' allocations change each other's page faults (glibc returns large freed buffers to the
-    system, and whichever model allocates next maps and faults them again), which skews the comparison by 10-30%
-    either way depending on the order of the calls."""
-
-    def __init__(self, which: str, workload: str, size: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--size", size, "--_worker", which, "--_workload", workload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self._read()  # "ready": the model is built (and compiled) before the clock starts
-
-    def _read(self) -> dict:
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"benchmark worker {self.proc.args[-3:]} exited with {self.proc.wait()}")
-            if line.startswith("{"):
-                return json.loads(line)
-
-    def seconds(self) -> float:
-        self.proc.stdin.write("run\n")
-        self.proc.stdin.flush()
-        return self._read()["seconds"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
 def interleaved(size: str, ours: str, bert: str, repeats: int, warmup: int = 2) -> tuple[float, float]:
-    """Median seconds of our workload and BERT's, each in its own process, measured alternately (ours, BERT, ours,
-    ...) so that machine noise hits both alike."""
-    workers = Worker("ours", ours, size), Worker("bert", bert, size)
-    try:
-        for _ in range(warmup):
-            for worker in workers:
-                worker.seconds()
-        times = [[], []]
-        for _ in range(repeats):
-            for worker, series in zip(workers, times, strict=True):
-                series.append(worker.seconds())
-        return statistics.median(times[0]), statistics.median(times[1])
-    finally:
-        for worker in workers:
-            worker.close()
+    """Median seconds of our workload and BERT's, each in a worker process of its own, measured alternately."""
+    command = [sys.executable, os.path.abspath(__file__), "--size", size, "--_worker"]
+    t_ours, t_bert = timing.interleaved(
+        [[*command, "ours", "--_workload", ours], [*command, "bert", "--_workload", bert]], repeats, warmup
+    )
+    return t_ours, t_bert
 
 
 def mlm_batch(batch: int, length: int, seed: int = 0):
@@ -185,12 +145,7 @@ def workload_fn(which: str, workload: str, size: str) -> Callable[[], None]:
 
 def serve_workload(which: str, workload: str, size: str) -> None:
     """Worker process: build the workload, then time one call per line read from stdin."""
-    run = workload_fn(which, workload, size)
-    print(json.dumps({"ready": True}), flush=True)
-    for _ in sys.stdin:
-        start = time.perf_counter()
-        run()
-        print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+    timing.serve(workload_fn(which, workload, size))
 
 
 def forward_flops(config, tokens: int, seq_len: int, head_tokens: int, vocab_projection: bool) -> float:

@@ -3,6 +3,7 @@ higher against its paraphrase than against an unrelated sentence (cosine similar
 
     python -m benchmarks.similarity_check outputs/small-builtin
     python -m benchmarks.similarity_check outputs/small-builtin --results results.jsonl --label "the main job"
+    python -m benchmarks.similarity_check outputs/small-builtin --random_init 0   # the same model, untrained
 
 Every exported folder carries the sentence-transformers files (transformer + mean pooling), so
 `SentenceTransformer(folder)` loads it with no extra code. The set is written in the domain of the built-in corpus
@@ -153,6 +154,16 @@ def summary(scores: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
     }
 
 
+def reinitialise(encoder, seed: int) -> None:
+    """Give the transformer of a SentenceTransformer the weights a fresh model of its config gets with `seed`."""
+    import torch
+
+    transformer = encoder[0].auto_model
+    torch.manual_seed(seed)
+    fresh = type(transformer)(transformer.config)
+    transformer.load_state_dict(fresh.state_dict())
+
+
 def record(path: str, label: str, model: str, scores: list[tuple[float, float]]) -> dict:
     """Append one line to the results file `path`: the label the tables show, the model, the date, the commit of
     the checkout (when there is one), each set's summary and every triple's two cosines."""
@@ -181,6 +192,13 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
     parser.add_argument("model", help="An exported folder (or Hub id) with the sentence-transformers files.")
     parser.add_argument("--results", help="A JSON-lines file to append this measurement to.")
     parser.add_argument("--label", help="What the model is, as a table of results names it (with --results).")
+    parser.add_argument(
+        "--random_init",
+        type=int,
+        metavar="SEED",
+        help="Score the model's architecture with freshly initialised weights (this seed) instead of its own: the "
+        "baseline that training has to beat.",
+    )
     args = parser.parse_args(argv)
     if args.results and not args.label:
         parser.error("--results needs --label: the name of this measurement in the tables.")
@@ -189,6 +207,8 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
     import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 
     encoder = SentenceTransformer(args.model, device="cpu")
+    if args.random_init is not None:
+        reinitialise(encoder, args.random_init)
     scores = similarity_scores(encoder)
     for (anchor, _, _), (similar, other) in zip(ALL_TRIPLES, scores, strict=True):
         print(f"{similar:+.3f} paraphrase  {other:+.3f} unrelated  {'ok ' if similar > other else 'NO '} {anchor}")
@@ -198,7 +218,8 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
             f"(mean margin {part['margin']:+.3f})"
         )
     if args.results:
-        record(args.results, args.label, args.model, scores)
+        model = args.model if args.random_init is None else f"{args.model} --random_init {args.random_init}"
+        record(args.results, args.label, model, scores)
         print(f"appended to {args.results}")
     return scores
 

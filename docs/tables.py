@@ -328,6 +328,120 @@ def finetune_table() -> str:
     return table(["on the validation passages", "accuracy", "macro-F1"], rows) + "\n\n" + note
 
 
+SENTENCES = "benchmarks/sentence-embeddings.jsonl"
+
+
+def sentence_embeddings_table() -> str:
+    """The hand-checked similarity triples, from the lines `benchmarks/similarity_check.py --results` appended: one
+    row per label in the file's order, the lines of one label (seeds) side by side."""
+    by_label: dict[str, list[dict]] = {}
+    for text in (REPO / SENTENCES).read_text().splitlines():
+        line = json.loads(text)
+        by_label.setdefault(line["label"], []).append(line)
+
+    def cell(lines: list[dict], part: str) -> str:
+        ranked = ", ".join(str(line[part]["ranked"]) for line in lines)
+        margins = [line[part]["margin"] for line in lines]
+        low, high = f"{min(margins):+.2f}", f"{max(margins):+.2f}"
+        margin = low if low == high else f"{minus(low)}–{minus(high.removeprefix('+'))}"
+        return f"{ranked} / {minus(margin)}"
+
+    (first, *_), *_ = by_label.values()
+    sizes = {part: first[part]["of"] for part in ("shared_word", "low_overlap")}
+    rows = [[label, cell(lines, "shared_word"), cell(lines, "low_overlap")] for label, lines in by_label.items()]
+    header = ["model", f"shared-word ({sizes['shared_word']})", f"low-overlap ({sizes['low_overlap']})"]
+    commits = sorted({line["commit"] for lines in by_label.values() for line in lines if line["commit"]})
+    dates = sorted({line["date"] for lines in by_label.values() for line in lines})
+    note = f"Source: {link(SENTENCES)} (commits {', '.join(commits)}; {dates[0]} to {dates[-1]})."
+    if len(dates) == 1:
+        note = f"Source: {link(SENTENCES)} (commit {', '.join(commits)}, {dates[0]})."
+    return table(header, rows) + "\n\n" + note
+
+
+DEPLOYMENT = "benchmarks/deployment.json"
+DEPLOYMENT_PATHS = {  # (label on the page) of each serving path of benchmarks/deployment.py
+    "pytorch-fp32": "PyTorch fp32 (the reference)",
+    "pytorch-bf16": "PyTorch, bf16 weights",
+    "onnxruntime-fp32": "ONNX Runtime fp32",
+    "onnxruntime-int8": "ONNX Runtime int8 (dynamic quantization)",
+}
+
+
+def deployment_table() -> str:
+    """The CPU serving paths, from the JSON record of `python -m benchmarks.deployment`: each path's speed on both
+    batches (tokens/s, against PyTorch fp32 and against BERT on the same path), then its accuracy against PyTorch
+    fp32."""
+    record = json.loads((REPO / DEPLOYMENT).read_text())
+    speed = {(row["path"], row["batch"]): row for row in record["speed"]}
+    speed_rows, accuracy_rows = [], []
+    for path, label in DEPLOYMENT_PATHS.items():
+        cells = [label]
+        for batch in ("dense", "padded"):
+            row, fp32 = speed[path, batch], speed["pytorch-fp32", batch]
+            relative = row["ours_tokens_per_s"] / fp32["ours_tokens_per_s"]
+            cells += [f"{row['ours_tokens_per_s']:,.0f}", f"{relative:.2f}×", f"{row['ratio']:.2f}×"]
+        speed_rows.append(cells)
+        figures = record["accuracy"]["paths"][path]
+        difference = "—" if path == "pytorch-fp32" else f"{figures['max_abs_logit_diff']:.1e}"
+        agreement, accuracy = (f"{figures[key]:.3f}" for key in ("fill_mask_top1_agreement", "classifier_accuracy"))
+        accuracy_rows.append([label, difference, agreement, accuracy])
+    speed_header = ["path"] + [
+        f"{batch}: {column}"
+        for batch, tokens in (("dense", "tokens/s"), ("padded", "real tokens/s"))
+        for column in (tokens, "× fp32", "ours / BERT")
+    ]
+    accuracy_header = ["path", "max logit difference", "fill-mask top-1 agreement", "classifier accuracy"]
+    machine, accuracy = record["machine"], record["accuracy"]
+    flags = ", ".join(flag for flag, present in machine["flags"].items() if present) or "none of them"
+    note = (
+        f"Source: {link(DEPLOYMENT)} (`{record['command']}`; commit {record['commit']}, {record['date']}): "
+        f"{machine['model']} (CPU flags: {flags}), {record['threads']['torch']} thread(s) for PyTorch and ONNX "
+        f"Runtime; medians of {record['settings']['repeats']} interleaved repetitions; accuracy on "
+        f"{accuracy['passages']} validation passages ({accuracy['paths']['pytorch-fp32']['masked_tokens']:,} masked "
+        f"tokens). With BERT's tokens/s and the sizes of the ONNX files: {link('benchmarks/deployment.md')}."
+    )
+    return "\n\n".join([table(speed_header, speed_rows), table(accuracy_header, accuracy_rows), note])
+
+
+UTILIZATION = "benchmarks/utilization.json"
+
+
+def utilization_table() -> str:
+    """Model-FLOPs utilisation of every path, precision and mode, ours and BERT, from the JSON record of
+    `python benchmarks/utilization.py`, with issue 32's targets (eager mode) met or missed."""
+    from benchmarks.utilization import PATH_NAMES
+
+    record = json.loads((REPO / UTILIZATION).read_text())
+    rows = []
+    for cell in record["cells"]:
+        target = cell["target"]
+        verdict = "—" if target is None else f"≥ {target:.1f}: {'met' if cell['ours']['mfu'] >= target else 'missed'}"
+        ratio = f"**{cell['ratio']:.2f}×**" if cell["ratio"] < 1 else f"{cell['ratio']:.2f}×"
+        rows.append(
+            [
+                PATH_NAMES[cell["path"]],
+                cell["precision"],
+                cell["mode"],
+                f"{cell['ours']['mfu']:.2f}",
+                f"{cell['bert']['mfu']:.2f}",
+                ratio,
+                f"{cell['ours']['tokens_per_second']:,.0f}",
+                verdict,
+            ]
+        )
+    header = ["path", "precision", "mode", "MFU ours", "MFU BERT", "ours / BERT", "tokens/s ours", "target"]
+    cpu, peaks = record["cpu"], record["gemm_peak_flops"]
+    flags = ", ".join(flag for flag, present in cpu["flags"].items() if present) or "none of them"
+    note = (
+        f"Source: {link(UTILIZATION)} (`{record['command']}`, commit {record['commit']}, {record['date']}): "
+        f"{cpu['model']}, {cpu['threads']} threads, CPU flags {flags}; GEMM peak measured in the run "
+        f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s in fp32 and {peaks['bf16'] / 1e9:,.0f} in bf16; medians of "
+        f"{record['repeats']} interleaved repetitions. Ratios below 1 in bold. Per-op profiles of the eager cells: "
+        f"{link('benchmarks/utilization-profiles.md')}."
+    )
+    return table(header, rows) + "\n\n" + note
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -340,7 +454,10 @@ TABLES = (
     Table("length-generalization", "docs/experiments.md", length_table),
     Table("algorithmic-past-training", "docs/experiments.md", algorithmic_table),
     Table("performance-summary", "docs/performance.md", performance_table),
+    Table("utilization", "docs/performance.md", utilization_table),
     Table("finetune-builtin", "docs/finetuning.md", finetune_table),
+    Table("sentence-embeddings", "docs/deployment.md", sentence_embeddings_table),
+    Table("deployment", "docs/deployment.md", deployment_table),
 )
 
 

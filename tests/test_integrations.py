@@ -203,3 +203,29 @@ def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path,
     cosine = torch.nn.functional.cosine_similarity
     expected = (float(cosine(pooled[0], pooled[1], dim=0)), float(cosine(pooled[0], pooled[2], dim=0)))
     assert scores[0] == pytest.approx(expected, abs=1e-5)
+
+
+def test_similarity_check_random_init_scores_a_fresh_model_of_the_same_config(tmp_path, tokenizer):
+    """--random_init SEED replaces the folder's weights by those a fresh model of its config gets with SEED (the
+    untrained baseline of the sentence-embeddings table), and the results file says so."""
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+    from benchmarks import similarity_check
+    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+
+    torch.manual_seed(1)
+    saved = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
+    saved.save_pretrained(tmp_path)
+    save_tokenizer(tokenizer, str(tmp_path))
+    write_sentence_transformers_files(str(tmp_path), saved.config)
+    torch.manual_seed(7)
+    fresh = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
+    fresh.save_pretrained(tmp_path / "fresh")
+    save_tokenizer(tokenizer, str(tmp_path / "fresh"))
+    write_sentence_transformers_files(str(tmp_path / "fresh"), fresh.config)
+
+    results = tmp_path / "results.jsonl"
+    argv = [str(tmp_path), "--random_init", "7", "--results", str(results), "--label", "x"]
+    reinitialised = torch.tensor(similarity_check.main(argv))
+    torch.testing.assert_close(reinitialised, torch.tensor(similarity_check.main([str(tmp_path / "fresh")])))
+    assert not torch.allclose(reinitialised, torch.tensor(similarity_check.main([str(tmp_path)])))
+    assert json.loads(results.read_text())["model"] == f"{tmp_path} --random_init 7"

@@ -412,6 +412,46 @@ def test_residual_stream_keeps_float32_under_autocast(monkeypatch, norm_first):
     assert torch.equal(fast, reference)
 
 
+@pytest.mark.parametrize(
+    ("seq_len", "training", "written_out"),
+    [(40, True, True), (128, True, True), (129, True, False), (40, False, False)],
+)
+def test_sdpa_trains_short_bf16_sequences_on_the_cpu_with_the_written_out_attention(
+    monkeypatch, seq_len, training, written_out
+):
+    """In bf16 on the CPU with autograd, sdpa hands sequences of at most 128 tokens to the written-out attention
+    (faster there: benchmarks/utilization.py); the loss and gradients are those of the sdpa kernel up to bf16
+    rounding. Longer sequences and inference keep the kernel."""
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    written_out_attention, calls = modeling.eager_attention_forward, []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape)  # the query, (B, nh, T, hs)
+        return written_out_attention(*args, **kwargs)
+
+    monkeypatch.setattr(modeling, "eager_attention_forward", counted)
+    config = tiny_config(norm_first=True, max_position_embeddings=256)
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+    ids = random_ids(2, seq_len)
+    labels = ids.clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(training):
+        loss = model(ids, labels=labels).loss
+    assert bool(calls) == written_out
+    if not written_out:
+        return
+    loss.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    monkeypatch.setattr(modeling, "_written_out_is_faster", lambda *args: False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        kernel_loss = model(ids, labels=labels).loss
+    kernel_loss.backward()
+    torch.testing.assert_close(loss, kernel_loss, atol=2e-2, rtol=2e-2)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, atol=2e-2, rtol=5e-2, msg=name)
+
+
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_per_sequence_attention_handles_holes_empty_rows_and_training(attn_implementation):
     """The packed path attends within each row's real tokens: a mask with holes, an all-padding row and dropout-free

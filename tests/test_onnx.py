@@ -19,7 +19,12 @@ from sinusoidal_encoder_training import onnx_export  # noqa: E402
 
 @pytest.mark.parametrize(
     ("task", "model_class"),
-    [("fill-mask", se.SinusoidalEncoderForMaskedLM), ("feature-extraction", se.SinusoidalEncoderModel)],
+    [
+        ("fill-mask", se.SinusoidalEncoderForMaskedLM),
+        ("feature-extraction", se.SinusoidalEncoderModel),
+        ("text-classification", se.SinusoidalEncoderForSequenceClassification),
+        ("token-classification", se.SinusoidalEncoderForTokenClassification),
+    ],
 )
 @pytest.mark.slow
 def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, model_class):

@@ -4,7 +4,8 @@
     python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
 
 The graph takes `input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits`
-(fill-mask) or `last_hidden_state` (feature-extraction). The position encoding is computed inside the graph from the
+(fill-mask, text-classification of a fine-tuned folder: one row per text, token-classification) or
+`last_hidden_state` (feature-extraction). The position encoding is computed inside the graph from the
 positions, so the exported model runs at any length, past `max_position_embeddings` too. Needs the `onnx`,
 `onnxscript` and `onnxruntime` packages (the `integrations` extra).
 
@@ -18,13 +19,23 @@ import os
 from typing import Literal
 
 import torch
-from transformers import AutoModel, AutoModelForMaskedLM
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command, require_extra
 
-TASKS = {"fill-mask": (AutoModelForMaskedLM, "logits"), "feature-extraction": (AutoModel, "last_hidden_state")}
+TASKS = {
+    "fill-mask": (AutoModelForMaskedLM, "logits"),
+    "feature-extraction": (AutoModel, "last_hidden_state"),
+    "text-classification": (AutoModelForSequenceClassification, "logits"),
+    "token-classification": (AutoModelForTokenClassification, "logits"),
+}
 
 
 class _Exported(torch.nn.Module):
@@ -62,8 +73,9 @@ def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int 
 
 
 def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 300), atol: float = 1e-4) -> float:
-    """Largest difference on real tokens between onnxruntime and PyTorch, on padded batches of several lengths;
-    raises `ValueError` past `atol`."""
+    """Largest difference between onnxruntime and PyTorch on padded batches of several lengths, at real tokens
+    (every row of outputs without a sequence axis, such as a classifier's logits); raises `ValueError` past
+    `atol`."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
@@ -76,7 +88,9 @@ def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 
         with torch.no_grad():
             expected = getattr(model(input_ids=ids, attention_mask=mask), output_name)
         (got,) = session.run([output_name], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        worst = max(worst, float((torch.from_numpy(got) - expected)[mask.bool()].abs().max()))
+        difference = (torch.from_numpy(got) - expected).abs()  # (B, T, ...) or (B, labels)
+        per_token = difference.dim() >= 3 and difference.shape[:2] == mask.shape
+        worst = max(worst, float((difference[mask.bool()] if per_token else difference).max()))
     if worst > atol:
         raise UsageError(f"onnxruntime differs from PyTorch by {worst:.2e} on real tokens (tolerance {atol:g}).")
     return worst
@@ -87,8 +101,8 @@ class OnnxExportConfig(FlagConfig):
     """The settings of the export, with `output_path` derived (MODEL/model.onnx for a local folder by default)."""
 
     model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
-    task: Literal["feature-extraction", "fill-mask"] = dataclasses.field(
-        default="fill-mask", metadata={"help": "Which head to export."}
+    task: Literal["feature-extraction", "fill-mask", "text-classification", "token-classification"] = (
+        dataclasses.field(default="fill-mask", metadata={"help": "Which head to export."})
     )
     output: str | None = dataclasses.field(
         default=None, metadata={"help": "The .onnx file (default: MODEL/model.onnx for a folder)."}

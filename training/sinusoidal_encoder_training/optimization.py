@@ -19,11 +19,20 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[s
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+FUSED_DEVICES = ("cpu", "cuda")
+
+
 def make_optimizer(model: torch.nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
-    """AdamW with the learning rate, betas, epsilon and weight decay of the config."""
+    """AdamW with the learning rate, betas, epsilon and weight decay of the config; its fused kernel (one call
+    updates every tensor) where the parameters are on CPUs or CUDA GPUs: on a CPU it takes 3 ms a step for the small
+    model, against 26 for the per-tensor loop (benchmarks/utilization.py)."""
+    groups = parameter_groups(model, config.weight_decay)
+    parameters = [parameter for group in groups for parameter in group["params"]]
+    fused = all(parameter.device.type in FUSED_DEVICES for parameter in parameters) or None
     return torch.optim.AdamW(
-        parameter_groups(model, config.weight_decay),
+        groups,
         lr=config.learning_rate,
         betas=(config.adam_beta1, config.adam_beta2),
         eps=config.adam_epsilon,
+        fused=fused,
     )

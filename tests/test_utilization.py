@@ -1,0 +1,80 @@
+"""benchmarks/utilization.py: the FLOPs it charges each job are the matrix-product FLOPs the models run (counted by
+torch's FlopCounterMode), and a tiny run writes every cell. Mechanics only: no time is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks import utilization
+
+SHAPE = utilization.Shape(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100, hidden_act="relu"
+)
+
+
+def counted_flops(run) -> int:
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("lengths", [[16, 16], [5, 12, 9]])
+def test_inference_flops_are_the_encoders_matmuls_on_real_tokens(lengths):
+    """Each sequence alone through the encoder (eager attention, so that the counter sees its two products): the sum
+    is what `useful_flops` charges, padding excluded."""
+    model = utilization.build_model("ours", "dense", SHAPE).eval()
+    model.config._attn_implementation = "eager"
+    total = 0
+    for length in lengths:
+        ids = torch.randint(5, SHAPE.vocab_size, (1, length))
+        with torch.no_grad():
+            total += counted_flops(lambda ids=ids: model(input_ids=ids))
+    assert total == utilization.useful_flops(SHAPE, lengths)
+
+
+def test_training_flops_are_three_forwards_with_the_head_at_masked_tokens():
+    model = utilization.build_model("ours", "train", SHAPE)
+    model.config._attn_implementation = "eager"
+    ids = torch.randint(5, SHAPE.vocab_size, (2, 16))
+    labels = torch.full_like(ids, -100)
+    labels[:, ::4] = ids[:, ::4]  # 8 masked tokens
+
+    def step():
+        model(input_ids=ids, labels=labels).loss.backward()
+
+    expected = utilization.useful_flops(SHAPE, [16, 16], head_tokens=8, training=True)
+    assert counted_flops(step) == expected
+
+
+@pytest.mark.slow
+def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
+    monkeypatch.setattr(utilization, "gemm_peak", lambda dtype: 1e9 if dtype == torch.float32 else 2e9)
+    output = tmp_path / "utilization.md"
+    argv = ["--size", "tiny", "--paths", "train", "padded", "--precisions", "fp32", "bf16", "--modes", "eager"]
+    utilization.main([*argv, "--repeats", "1", "--output", str(output)])
+    record = json.loads((tmp_path / "utilization.json").read_text())
+    cells = {(cell["path"], cell["precision"], cell["mode"]): cell for cell in record["cells"]}
+    assert set(cells) == {(p, q, "eager") for p in ("train", "padded") for q in ("fp32", "bf16")}
+    shape = utilization.Shape(**record["shape"])
+    for (path, precision, _), cell in cells.items():
+        assert cell["flops"] == utilization.job(path, shape)[0] > 0
+        for which in ("ours", "bert"):
+            figures = cell[which]
+            assert figures["mfu"] == pytest.approx(
+                cell["flops"] / figures["seconds"] / record["gemm_peak_flops"][precision]
+            )
+        assert cell["ratio"] == pytest.approx(cell["bert"]["seconds"] / cell["ours"]["seconds"])
+        assert cell["target"] == utilization.TARGETS[path, precision]
+    padded_tokens = int(utilization.inference_batch("padded", shape.vocab_size)["attention_mask"].sum())
+    assert cells["padded", "fp32", "eager"]["tokens"] == padded_tokens < 32 * 256
+    assert "| padded inference" in output.read_text() and record["cpu"]["flags"].keys() == set(utilization.CPU_FLAGS)
+
+
+def test_bad_input_is_one_line_before_any_work(capsys):
+    with pytest.raises(SystemExit):
+        utilization.main(["--size", "huge"])
+    assert "--size: 'huge' is not a preset" in capsys.readouterr().err
