@@ -574,7 +574,16 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp
     checkpoint and the same command with `--resume_from_checkpoint latest`, exit status 130."""
     out = tmp_path / "out"
     cmd = pretrain_cmd(small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as in a terminal: a suite started in the background (`cmd &`) passes SIGINT on ignored, and Python then
+        # leaves it ignored (no KeyboardInterrupt), which no user pressing Ctrl-C is in
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 300
     while not (out / "checkpoints" / "step_4").exists():
         assert proc.poll() is None and time.time() < deadline
