@@ -52,13 +52,13 @@ from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    BertConfig,
     BertForMaskedLM,
     BertModel,
 )
 from transformers.utils import logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+from benchmarks.bert_reference import bert_config
 from sinusoidal_encoder_training.onnx_export import TASKS, export_onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -174,21 +174,10 @@ def export_both(model: torch.nn.Module, head: str, stem: str) -> dict[str, str]:
 
 def bert_folder(config, head: str, folder: str) -> str:
     """A randomly initialised BERT of our model's shape (BertModel, or BertForMaskedLM for fill-mask), saved."""
-    bert_config = BertConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        intermediate_size=config.intermediate_size,
-        hidden_act=config.hidden_act,
-        layer_norm_eps=config.layer_norm_eps,
-        max_position_embeddings=max(512, config.max_position_embeddings),  # the padded batch has 256 tokens
-        pad_token_id=config.pad_token_id,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    settings = bert_config(config, max(512, config.max_position_embeddings))  # the padded batch has 256 tokens
+    settings.hidden_dropout_prob = settings.attention_probs_dropout_prob = 0.0
     torch.manual_seed(0)
-    (BertForMaskedLM if head == "fill-mask" else BertModel)(bert_config).save_pretrained(folder)
+    (BertForMaskedLM if head == "fill-mask" else BertModel)(settings).save_pretrained(folder)
     return folder
 
 

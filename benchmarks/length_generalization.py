@@ -46,11 +46,11 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    BertConfig,
     BertForMaskedLM,
 )
 from transformers.modeling_outputs import MaskedLMOutput
 
+from benchmarks.bert_reference import bert_config
 from sinusoidal_encoder_training import finetuning, pretraining
 from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, parse_config
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
@@ -155,25 +155,6 @@ def parse_args(argv: list[str] | None = None) -> LengthGeneralizationConfig:
 
 # ----------------------------------------------------------------------------------------------------------------
 # the arms
-
-
-def bert_config(ours, max_length: int) -> BertConfig:
-    """BERT with our model's dimensions, activation, dropouts and epsilon; learned positions for `max_length`."""
-    return BertConfig(
-        vocab_size=ours.vocab_size,
-        hidden_size=ours.hidden_size,
-        num_hidden_layers=ours.num_hidden_layers,
-        num_attention_heads=ours.num_attention_heads,
-        intermediate_size=ours.intermediate_size,
-        hidden_act=ours.hidden_act,
-        hidden_dropout_prob=ours.hidden_dropout_prob,
-        attention_probs_dropout_prob=ours.attention_probs_dropout_prob,
-        layer_norm_eps=ours.layer_norm_eps,
-        max_position_embeddings=max_length,
-        type_vocab_size=1,
-        pad_token_id=ours.pad_token_id,
-        tie_word_embeddings=True,
-    )
 
 
 class SparseBertForMaskedLM(BertForMaskedLM):

@@ -10,8 +10,10 @@ A region of a page holds one generated table and the note naming its source, bet
     <!-- end table -->
 
 Nothing outside the regions is touched. The sources: a markdown report written by a benchmark is itself the
-committed result file (`benchmarks/results-small.md` by `benchmarks/benchmark.py`, `benchmarks/order-recipe.md`,
-`benchmarks/length-generalization.md`): its table rows are read by their label, never by position. The algorithmic
+committed result file (`benchmarks/results-small.md` by `benchmarks/benchmark.py`, `benchmarks/order-recipe.md`):
+its table rows are read by their label, never by position. JSON records are read by key: the length experiment's
+`benchmarks/length-generalization.json` (the harness's results.json), the utilization, deployment and fine-tuning
+records, and the sentence-embedding lines `benchmarks/sentence-embeddings.jsonl`. The algorithmic
 tasks' table is computed from the per-run records `benchmarks/algorithmic/runs/results.jsonl` by the functions of
 `benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too. `tests/test_docs.py` runs
 the check, and checks README's headline figures (section "Results") against the same sources (`readme_problems`).
@@ -110,6 +112,11 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines).replace("|  |", "| |")
 
 
+def present_flags(flags: dict[str, bool]) -> str:
+    """The CPU flags a result record found present, as the notes list them."""
+    return ", ".join(flag for flag, present in flags.items() if present) or "none of them"
+
+
 def minus(value: str) -> str:
     """A number as the pages write it: a typographic minus."""
     return "−" + value[1:] if value.startswith("-") else value
@@ -148,45 +155,59 @@ def order_recipe_table() -> str:
 
 
 LENGTH = "benchmarks/length-generalization.md"
-LENGTH_ROWS = (  # (label on the page, row of the report)
-    ("ours, post-LN (the paper)", "ours, post-LN (the paper)"),
-    ("`BertForMaskedLM`, learned positions (rows ≥ 128 untrained)", "BertForMaskedLM, learned positions"),
-    ("ours, no position encoding (ablation)", "ours, no position encoding (ablation)"),
-    (
-        "ours, post-LN, `long_input_attention_window=64`",
-        "ours, post-LN (the paper), attention within ±63 tokens at inference",
-    ),
-    (
-        "ours, random offset in training, `long_input_attention_window=64`",
-        "ours, random position offset (training-time remedy), attention within ±63 tokens at inference",
-    ),
-)
+LENGTH_DATA = "benchmarks/length-generalization.json"  # the harness's results.json: arguments and summary
+LENGTH_ARMS = ("shipped", "stratified", "ordered_subset", "offset", "bert", "no_position")  # the page's order
 
 
-def length_rows() -> Rows:
-    return report_rows(LENGTH, "1024 / 128")
+def length_summary() -> dict:
+    return json.loads((REPO / LENGTH_DATA).read_text())["summary"]
 
 
-def length_seeds() -> int:
-    seeds = re.search(r"\bseeds ((?:\d+, )*\d+)\.", (REPO / LENGTH).read_text(encoding="utf-8"))
-    if not seeds:
-        raise ValueError(f"{LENGTH}: no 'seeds 0, 1.' in its settings line.")
-    return len(seeds[1].split(", "))
+def length_figure(arm: str, key: str, length: int) -> float:
+    """The mean over seeds of one figure (`loss`, `order_gap`, ...) of an arm at a length, from the data file."""
+    values = length_summary()["arms"][arm][key][str(length)]
+    return sum(values) / len(values)
 
 
 def length_table() -> str:
-    source = length_rows()
+    """Loss and order gap at the training length and at 4× and 8× it, per arm, then issue 33's targets as the
+    harness judges them (`targets`), from benchmarks/length-generalization.json."""
+    from benchmarks.length_generalization import ARMS, targets
+
+    summary = length_summary()
+    train = summary["train_length"]
+    four, eight = 4 * train, 8 * train
     rows = []
-    for label, row in LENGTH_ROWS:
-        losses = [source.cell(row, column).split()[0] for column in ("128 tokens", "1024 tokens")]  # the mean
-        rows.append([label, *losses, source.cell(row, "1024 / 128")])
-    header = [f"arm (mean of {length_seeds()} seeds)", "128 tokens", "1,024 tokens", "1,024 / 128"]
+    for arm in (arm for arm in LENGTH_ARMS if arm in summary["arms"]):
+        loss = {n: length_figure(arm, "loss", n) for n in (train, four, eight)}
+        gap = {n: length_figure(arm, "order_gap", n) for n in (train, four)}
+        rows.append(
+            [
+                ARMS[arm],
+                f"{loss[train]:.3f}",
+                f"{loss[four]:.3f}",
+                f"{loss[eight]:.3f}",
+                minus(f"{loss[four] - loss[train]:+.3f}"),
+                minus(f"{gap[train]:+.2f}"),
+                minus(f"{gap[four]:+.2f}"),
+            ]
+        )
+    seeds = next(iter(summary["arms"].values()))["seeds"]
+    header = [
+        f"arm (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})",
+        f"loss at {train}",
+        f"at {four:,}",
+        f"at {eight:,}",
+        f"rise at {four}",
+        f"order gap at {train}",
+        f"at {four}",
+    ]
+    checks = [[target, minus(measured), "yes" if met else "**no**"] for target, measured, met in targets(summary)]
     note = (
-        f"Source, with every arm, ± over seeds, perplexities, the fine-tuning table and the picture: {link(LENGTH)} "
-        "(`python -m benchmarks.length_generalization --output_dir outputs/length-generalization`, about 3 hours on "
-        "2 CPU cores)."
+        f"Source: {link(LENGTH_DATA)}; the report with every length, the variants and the fine-tuning: "
+        f"{link(LENGTH)}; the picture: {link('benchmarks/length-generalization.png')}."
     )
-    return table(header, rows) + "\n\n" + note
+    return "\n\n".join([table(header, rows), table(["target", "measured", "met"], checks), note])
 
 
 ALGORITHMIC_RECORDS = "benchmarks/algorithmic/runs/results.jsonl"
@@ -392,7 +413,7 @@ def deployment_table() -> str:
     ]
     accuracy_header = ["path", "max logit difference", "fill-mask top-1 agreement", "classifier accuracy"]
     machine, accuracy = record["machine"], record["accuracy"]
-    flags = ", ".join(flag for flag, present in machine["flags"].items() if present) or "none of them"
+    flags = present_flags(machine["flags"])
     note = (
         f"Source: {link(DEPLOYMENT)} (`{record['command']}`; commit {record['commit']}, {record['date']}): "
         f"{machine['model']} (CPU flags: {flags}), {record['threads']['torch']} thread(s) for PyTorch and ONNX "
@@ -431,7 +452,7 @@ def utilization_table() -> str:
         )
     header = ["path", "precision", "mode", "MFU ours", "MFU BERT", "ours / BERT", "tokens/s ours", "target"]
     cpu, peaks = record["cpu"], record["gemm_peak_flops"]
-    flags = ", ".join(flag for flag, present in cpu["flags"].items() if present) or "none of them"
+    flags = present_flags(cpu["flags"])
     note = (
         f"Source: {link(UTILIZATION)} (`{record['command']}`, commit {record['commit']}, {record['date']}): "
         f"{cpu['model']}, {cpu['threads']} threads, CPU flags {flags}; GEMM peak measured in the run "
@@ -570,7 +591,7 @@ def readme_figures() -> dict[str, list[tuple[str, str]]]:
     final = FINAL_EVALUATION.search((REPO / MAIN_JOB_TRANSCRIPT).read_text(encoding="utf-8"))
     if final is None:
         raise ValueError(f"{MAIN_JOB_TRANSCRIPT}: no 'final evaluation: eval_loss ...' line.")
-    small, length = benchmark_rows("small"), length_rows()
+    small = benchmark_rows("small")
     summary, _ = algorithmic_summary()
     tasks_mean, paper_mean = "41–500, mean over the tasks", "41–500 best seed, mean over the tasks"
     transcript = f"{MAIN_JOB_TRANSCRIPT}, the main job's final evaluation"
@@ -586,9 +607,17 @@ def readme_figures() -> dict[str, list[tuple[str, str]]]:
             (f"{small.cell(PERFORMANCE_ROWS[1][1], 'ours / BERT')} the dense inference", small.path),
         ],
         "Past the training length": [
-            (f"rises {length.cell(LENGTH_ROWS[0][1], '1024 / 128')} for the paper's model", length.path),
-            (f"{length.cell(LENGTH_ROWS[3][1], '1024 / 128')} with the shipped remedy", length.path),
-            (f"{length.cell(LENGTH_ROWS[4][1], '1024 / 128')} with random offsets in training too", length.path),
+            (f"order gap {length_figure('shipped', 'order_gap', 128):.2f}", LENGTH_DATA),
+            (f"to {length_figure('shipped', 'order_gap', 512):.2f}", LENGTH_DATA),
+            (
+                f"rises {length_figure('shipped', 'loss', 512) - length_figure('shipped', 'loss', 128):.2f} nats",
+                LENGTH_DATA,
+            ),
+            (f"keep {length_figure('stratified', 'order_gap', 512):.2f}", LENGTH_DATA),
+            (
+                f"rise {length_figure('stratified', 'loss', 512) - length_figure('stratified', 'loss', 128):.2f}",
+                LENGTH_DATA,
+            ),
         ],
         "Algorithmic tasks": [
             (f"reach {summary.cell(ARM_LABELS['stratified'], tasks_mean)}% (mean over seeds)", ALGORITHMIC_RECORDS),
