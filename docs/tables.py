@@ -349,6 +349,27 @@ def finetune_table() -> str:
     return table(["on the validation passages", "accuracy", "macro-F1"], rows) + "\n\n" + note
 
 
+FINETUNE_GAP = "benchmarks/finetune-gap.jsonl"
+
+
+def finetune_gap_table() -> str:
+    """Fine-tuning settings against the TF-IDF baseline, one row per line of benchmarks/finetune-gap.jsonl (each a
+    `scripts/finetune.sh` run on the same pretrained model, with its command)."""
+    lines = [json.loads(text) for text in (REPO / FINETUNE_GAP).read_text().splitlines()]
+    rows = [
+        [line["label"], *(f"{line['eval_results'][f'eval_{metric}']:.3f}" for metric in ("accuracy", "macro_f1"))]
+        for line in lines
+    ]
+    baseline = lines[0]["eval_results"]
+    rows.append(
+        ["TF-IDF + logistic regression", *(f"{baseline[f'tfidf_logreg_{m}']:.3f}" for m in ("accuracy", "macro_f1"))]
+    )
+    commits = sorted({line["commit"] for line in lines})
+    model = f"the main job's model of commit {', '.join(commits)}"
+    note = f"Source: {link(FINETUNE_GAP)}, with each run's command ({model})."
+    return table(["fine-tuning", "accuracy", "macro-F1"], rows) + "\n\n" + note
+
+
 SENTENCES = "benchmarks/sentence-embeddings.jsonl"
 
 
@@ -477,6 +498,7 @@ TABLES = (
     Table("performance-summary", "docs/performance.md", performance_table),
     Table("utilization", "docs/performance.md", utilization_table),
     Table("finetune-builtin", "docs/finetuning.md", finetune_table),
+    Table("finetune-gap", "docs/finetuning.md", finetune_gap_table),
     Table("sentence-embeddings", "docs/deployment.md", sentence_embeddings_table),
     Table("deployment", "docs/deployment.md", deployment_table),
 )
