@@ -202,6 +202,13 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
     args = parser.parse_args(argv)
     if args.results and not args.label:
         parser.error("--results needs --label: the name of this measurement in the tables.")
+    from sinusoidal_encoder_training.arguments import check_model_source
+    from sinusoidal_encoder_training.command_line import UsageError
+
+    try:
+        check_model_source("MODEL", args.model)
+    except UsageError as error:
+        parser.error(str(error))
     from sentence_transformers import SentenceTransformer
 
     import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)

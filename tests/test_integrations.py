@@ -229,3 +229,12 @@ def test_similarity_check_random_init_scores_a_fresh_model_of_the_same_config(tm
     torch.testing.assert_close(reinitialised, torch.tensor(similarity_check.main([str(tmp_path / "fresh")])))
     assert not torch.allclose(reinitialised, torch.tensor(similarity_check.main([str(tmp_path)])))
     assert json.loads(results.read_text())["model"] == f"{tmp_path} --random_init 7"
+
+
+def test_similarity_check_names_a_missing_folder_in_one_line(capsys):
+    from benchmarks import similarity_check
+
+    with pytest.raises(SystemExit):
+        similarity_check.main(["/no/such/folder"])
+    err = capsys.readouterr().err
+    assert "MODEL '/no/such/folder': no such file or folder." in err and "Traceback" not in err
