@@ -279,7 +279,7 @@ def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor)
     """Whether sdpa hands this call to the written-out attention instead: in bf16 on the CPU, with autograd, for
     sequences of at most 128 tokens. There the backward of sdpa's CPU kernel costs twice the two matrix products it
     replaces (measured, forward and backward of `(16, 4, 128, 64)`: 15 against 8 ms on an AVX512-BF16 CPU; a bf16
-    training step of the small model about 10% faster). The result is the same up to rounding; longer sequences, and
+    training step of the small model about 13% faster). The result is the same up to rounding; longer sequences, and
     inference, keep the kernel, which is faster there and never builds the `T × T` scores."""
     return (
         attn_implementation == "sdpa"
