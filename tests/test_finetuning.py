@@ -299,6 +299,34 @@ def test_bad_input_fails_before_training(tmp_path, pretrained):
     assert AutoConfig.from_pretrained(out).num_labels == 3 and "eval_accuracy" in final
 
 
+def test_config_overrides_change_the_head_not_the_weights(tmp_path, pretrained, monkeypatch):
+    """`--config_overrides` sets fields of the pretrained config (pooling, dropout) for the fine-tuned model, which
+    saves them; an override that would change a pretrained weight's shape, or names no field, is refused before any
+    data is read."""
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    train = write_jsonl(tmp_path / "t.jsonl", rows)
+    base = dict(model_name_or_path=pretrained, train_file=train, max_train_steps=1)
+    out = tmp_path / "mean"
+    run_finetune(**base, output_dir=str(out), config_overrides="classifier_pooling=mean,classifier_dropout=0.3")
+    saved = AutoConfig.from_pretrained(out)
+    assert (saved.classifier_pooling, saved.classifier_dropout) == ("mean", 0.3)
+    assert AutoModelForSequenceClassification.from_pretrained(out).pooler.pooling == "mean"
+
+    def no_data(config):
+        raise AssertionError("the data was read before the bad override was refused")
+
+    monkeypatch.setattr(finetuning, "load_task_data", no_data)
+    for overrides, message in [
+        ("intermediate_size=80", r"changes the shape of \d+ pretrained weight\(s\) \(encoder\.layers\.0\.feed_forward"),
+        ("hidden_size=48,num_attention_heads=4", "changes the shape of"),
+        ("no_such_field=1", "the config has no field 'no_such_field'"),
+        ("classifier_pooling=max", "`classifier_pooling` must be one of"),
+        ("classifier_pooling", "not of the form field=value"),
+    ]:
+        with pytest.raises(UsageError, match=message):
+            run_finetune(**base, output_dir=str(tmp_path / "bad"), config_overrides=overrides)
+
+
 @pytest.mark.slow
 def test_model_init_fine_tunes_a_model_of_your_making(tmp_path, pretrained, tokenizer):
     """`finetune(config, model_init)`: the model is made from the config of --model_name_or_path with the task's

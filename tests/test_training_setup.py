@@ -15,9 +15,10 @@ from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import pretraining
+from sinusoidal_encoder_training.arguments import apply_overrides
 from sinusoidal_encoder_training.export import card_language, describe_data, hub_dataset_id, published_config
 from sinusoidal_encoder_training.optimization import parameter_groups
-from sinusoidal_encoder_training.pretraining import MODEL_SIZES, apply_overrides
+from sinusoidal_encoder_training.pretraining import MODEL_SIZES
 
 
 @pytest.mark.parametrize(("size", "low", "high"), [("tiny", 0.3e6, 3e6), ("small", 3e6, 20e6), ("base", 105e6, 115e6)])

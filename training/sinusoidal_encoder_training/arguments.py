@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 import os
 import typing
 from typing import Any, Literal, TypeVar
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, PretrainedConfig
 from transformers.hf_argparser import string_to_bool
 
 from .checkpoints import checkpoint_damage
@@ -63,6 +64,46 @@ def check_model_source(name: str, value: str | None, presets: tuple[str, ...] = 
             f"{name} {value!r} is not a preset ({', '.join(presets)}), a local folder or file, or a Hub id "
             "('owner/name')."
         )
+
+
+def apply_overrides(config: PretrainedConfig, overrides: str | None) -> None:
+    """'a=1,b=x' (the value of `--config_overrides`) onto a model config, each value parsed as the type of the field
+    it replaces, then the config's own `check()` where it has one (a sinusoidal-encoder config)."""
+    if not overrides:
+        return
+    for item in overrides.split(","):
+        if "=" not in item:
+            raise UsageError(f"--config_overrides: {item!r} is not of the form field=value.")
+        key, value = (part.strip() for part in item.split("=", 1))
+        if not hasattr(config, key):
+            raise UsageError(f"--config_overrides: the config has no field {key!r}.")
+        old = getattr(config, key)
+        if isinstance(old, str):  # text stays text (`position_mode=none` is the mode "none")
+            new = value
+        elif value.lower() in ("null", "none"):  # unset an optional field; config.check() rejects it elsewhere
+            new = None
+        elif isinstance(old, bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise UsageError(f"--config_overrides: {key} must be true or false, got {value!r}.")
+            new = value.lower() in ("true", "1")
+        elif isinstance(old, (int, float)):
+            try:
+                new = type(old)(value)
+            except ValueError:
+                raise UsageError(f"--config_overrides: {key} must be a number, got {value!r}.") from None
+        elif old is None:  # an optional field (long_input_attention_window): a number, or the text itself
+            try:
+                new = json.loads(value)
+            except json.JSONDecodeError:
+                new = value
+        else:
+            raise UsageError(f"--config_overrides: the field {key!r} ({type(old).__name__}) cannot be set from text.")
+        setattr(config, key, new)
+    try:
+        if hasattr(config, "check"):
+            config.check()
+    except ValueError as error:  # the model config's own check, which names the field
+        raise UsageError(f"--config_overrides: {error}") from error
 
 
 def redefault(config_class: type, name: str, default: Any) -> Any:

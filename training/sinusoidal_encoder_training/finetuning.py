@@ -37,6 +37,7 @@ import transformers
 from accelerate import Accelerator
 from transformers import (
     AutoConfig,
+    AutoModel,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -47,6 +48,7 @@ from transformers import (
 import sinusoidal_encoder
 from sinusoidal_encoder_training.arguments import (
     TrainingConfig,
+    apply_overrides,
     check_model_source,
     check_positive,
     parse_config,
@@ -108,6 +110,13 @@ class FinetuningConfig(DataConfig, TrainingConfig):
     max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
     pad_to_multiple_of: int | None = dataclasses.field(
         default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
+    )
+    config_overrides: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Comma-separated fields of the model's config to change before fine-tuning, e.g. "
+            "'classifier_pooling=mean,classifier_dropout=0.2'; fields that change a weight's shape are refused."
+        },
     )
     ignore_mismatched_sizes: bool = dataclasses.field(
         default=False,
@@ -257,9 +266,10 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     return problem, [str(n) for n in names]
 
 
-def check_model_folder(config: FinetuningConfig, num_labels: int, sinusoidal_only: bool = True) -> Any:
-    """The model config of --model_name_or_path. Refuse a classification head of another size, and (with
-    `sinusoidal_only`, the default loading's case) a model of another type, before anything trains."""
+def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
+    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
+    (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
+    a pretrained weight's shape."""
     try:
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     except (OSError, ValueError) as error:
@@ -269,6 +279,22 @@ def check_model_folder(config: FinetuningConfig, num_labels: int, sinusoidal_onl
             f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
         )
+    if config.config_overrides:
+        shapes = weight_shapes(model_config)
+        apply_overrides(model_config, config.config_overrides)
+        changed = sorted(name for name, shape in weight_shapes(model_config).items() if shapes.get(name) != shape)
+        if changed:
+            raise UsageError(
+                f"--config_overrides {config.config_overrides!r} changes the shape of {len(changed)} pretrained "
+                f"weight(s) ({changed[0]}, ...): fine-tuning keeps the pretrained architecture; override fields "
+                "such as classifier_pooling and the dropouts."
+            )
+    return model_config
+
+
+def check_head(config: FinetuningConfig, model_config: Any, num_labels: int) -> None:
+    """Refuse a classification head in the model folder for another number of labels than the data's (unless
+    `--ignore_mismatched_sizes`), before anything trains."""
     head = "ForTokenClassification" if config.task == "token-classification" else "ForSequenceClassification"
     has_head = any(a.endswith(head) for a in (model_config.architectures or []))
     if has_head and model_config.num_labels != num_labels and not config.ignore_mismatched_sizes:
@@ -276,7 +302,14 @@ def check_model_folder(config: FinetuningConfig, num_labels: int, sinusoidal_onl
             f"--model_name_or_path has a classification head for {model_config.num_labels} labels, but the data "
             f"has {num_labels}: pass --ignore_mismatched_sizes to replace the head with a new one."
         )
-    return model_config
+
+
+def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every weight of the base model `model_config` describes (built on the meta device: no
+    memory, no initialisation)."""
+    with torch.device("meta"):
+        model = AutoModel.from_config(model_config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
 class ClassificationTask(TrainingTask):
@@ -455,6 +488,7 @@ def finetune(
     accelerator = make_accelerator(config)
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
+    model_config = load_model_config(config, sinusoidal_only=model_init is None)
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     with accelerator.main_process_first():
@@ -471,7 +505,7 @@ def finetune(
     if config.with_baselines and problem != "single_label_classification":
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
     num_labels = 1 if problem == "regression" else len(label_names)
-    model_config = check_model_folder(config, num_labels, sinusoidal_only=model_init is None)
+    check_head(config, model_config, num_labels)
     tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or config.model_name_or_path)
     with accelerator.main_process_first():
         columns = (text_col, config.text_pair_column_name, label_col)

@@ -17,7 +17,6 @@ export of its folder and the command line (`main`).
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import datasets
 import torch
@@ -27,7 +26,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
-from sinusoidal_encoder_training.arguments import TrainingConfig, check_model_source, parse_config
+from sinusoidal_encoder_training.arguments import TrainingConfig, apply_overrides, check_model_source, parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
@@ -157,44 +156,6 @@ def describe_length_schedule(schedule: tuple[tuple[int, int], ...]) -> str:
         return ""
     phases = ", ".join(f"of {length} tokens until step {step}" for length, step in schedule)
     return f" (sequence-length warmup: each block cut into rows {phases}; whole blocks after)"
-
-
-def apply_overrides(config: transformers.PretrainedConfig, overrides: str | None) -> None:
-    """'a=1,b=x' onto the config, each value parsed as the type of the field it replaces."""
-    if not overrides:
-        return
-    for item in overrides.split(","):
-        if "=" not in item:
-            raise UsageError(f"--config_overrides: {item!r} is not of the form field=value.")
-        key, value = (part.strip() for part in item.split("=", 1))
-        if not hasattr(config, key):
-            raise UsageError(f"--config_overrides: the config has no field {key!r}.")
-        old = getattr(config, key)
-        if isinstance(old, str):  # text stays text (`position_mode=none` is the mode "none")
-            new = value
-        elif value.lower() in ("null", "none"):  # unset an optional field; config.check() rejects it elsewhere
-            new = None
-        elif isinstance(old, bool):
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise UsageError(f"--config_overrides: {key} must be true or false, got {value!r}.")
-            new = value.lower() in ("true", "1")
-        elif isinstance(old, (int, float)):
-            try:
-                new = type(old)(value)
-            except ValueError:
-                raise UsageError(f"--config_overrides: {key} must be a number, got {value!r}.") from None
-        elif old is None:  # an optional field (long_input_attention_window): a number, or the text itself
-            try:
-                new = json.loads(value)
-            except json.JSONDecodeError:
-                new = value
-        else:
-            raise UsageError(f"--config_overrides: the field {key!r} ({type(old).__name__}) cannot be set from text.")
-        setattr(config, key, new)
-    try:
-        config.check()
-    except ValueError as error:  # the model config's own check, which names the field
-        raise UsageError(f"--config_overrides: {error}") from error
 
 
 def load_tokenizer(config: PretrainingConfig):
