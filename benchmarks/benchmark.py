@@ -32,6 +32,7 @@ import sinusoidal_encoder as se
 if __package__ in (None, ""):  # `python benchmarks/benchmark.py`: the repository root is not on the path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import timing
+from benchmarks.batches import dense_batch, mlm_batch, padded_batch
 
 SIZES = {
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
@@ -71,27 +72,6 @@ def interleaved(size: str, ours: str, bert: str, repeats: int, warmup: int = 2) 
     return t_ours, t_bert
 
 
-def mlm_batch(batch: int, length: int, seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (batch, length), generator=generator)
-    masked = torch.rand(batch, length, generator=generator) < 0.15
-    labels = torch.where(masked, ids, torch.full_like(ids, -100))
-    return ids.masked_fill(masked, 4), labels
-
-
-def padded_batch(seed: int = 1):
-    """32 sequences of 40–256 tokens, right-padded to 256."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(40, 257, (32,), generator=generator)
-    ids = torch.randint(5, VOCAB, (32, 256), generator=generator)
-    mask = (torch.arange(256)[None] < lengths[:, None]).long()
-    return ids.masked_fill(mask == 0, 0), mask
-
-
-def dense_batch():
-    return torch.randint(5, VOCAB, (32, 128), generator=torch.Generator().manual_seed(2))
-
-
 def train_step_fn(model, ids, labels):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
@@ -120,7 +100,7 @@ def workload_fn(which: str, workload: str, size: str) -> Callable[[], None]:
     torch.manual_seed(0)
     ours_config, bert_config = configs(size)
     if workload in ("train", "train_compiled"):
-        ids, labels = mlm_batch(16, 128)
+        ids, labels = mlm_batch(VOCAB)
         if which == "ours":
             ours_config.sparse_prediction = True  # the vocabulary projection at masked positions only
             model = se.SinusoidalEncoderForMaskedLM(ours_config)
@@ -138,9 +118,9 @@ def workload_fn(which: str, workload: str, size: str) -> Callable[[], None]:
         inductor_config.freezing = True  # inference: fold the weights in as constants, prepack them for CPU
         model = torch.compile(model.eval(), dynamic=True)
     if workload == "padded":
-        ids, mask = padded_batch()
+        ids, mask = padded_batch(VOCAB)
         return inference_fn(model, input_ids=ids, attention_mask=mask)
-    return inference_fn(model, input_ids=dense_batch())
+    return inference_fn(model, input_ids=dense_batch(VOCAB)[0])
 
 
 def serve_workload(which: str, workload: str, size: str) -> None:
@@ -282,7 +262,7 @@ def main() -> None:
 
     # 1. MLM training step: forward, backward, AdamW; ours projects to the vocabulary at masked positions only
     t_ours, t_bert = interleaved(args.size, "train", "train", args.repeats)
-    ids, labels = mlm_batch(16, 128)
+    ids, labels = mlm_batch(VOCAB)
     tokens = tokens_train = ids.numel()
     rows.append(row("MLM training step, 16 × 128 (tokens/s)", tokens / t_ours, tokens / t_bert, "tokens/s"))
     train_tokens_per_second = tokens / t_ours
@@ -300,7 +280,7 @@ def main() -> None:
     )
 
     # 2. dense inference of the encoders (BERT always with GELU)
-    tokens = dense_batch().numel()
+    tokens = dense_batch(VOCAB)[0].numel()
     for workload, name in (
         ("dense", "inference, dense 32 × 128 (tokens/s)"),
         ("relu", "inference, dense 32 × 128, ours with ReLU (the paper's default) (tokens/s)"),
@@ -309,7 +289,7 @@ def main() -> None:
         rows.append(row(name, tokens / t_ours, tokens / t_bert, "tokens/s"))
 
     # 3. padded inference: 32 sequences of 40–256 tokens padded to 256, counting real tokens
-    real = int(padded_batch()[1].sum())
+    real = int(padded_batch(VOCAB)[1].sum())
     t_ours, t_bert = interleaved(args.size, "padded", "padded", args.repeats)
     rows.append(
         row(

@@ -58,7 +58,9 @@ from transformers import (
 from transformers.utils import logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+from benchmarks.batches import INFERENCE_BATCHES
 from benchmarks.bert_reference import bert_config
+from benchmarks.machine import cpu_description, git_commit
 from sinusoidal_encoder_training.onnx_export import TASKS, export_onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,7 +73,6 @@ PATH_LABELS = {
 }
 BATCHES = ("dense", "padded")
 BATCH_LABELS = {"dense": "dense 32 × 128", "padded": "padded 32 × 40–256 → 256"}
-CPU_FLAGS = ("avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "avx512_vnni", "avx_vnni")
 QUANTIZATION = {
     "pre_processing": "onnxruntime.quantization.quant_pre_process(auto_merge=True)",
     "method": "onnxruntime.quantization.quantize_dynamic",
@@ -88,22 +89,6 @@ EVAL_BATCH = 16  # passages per forward in the accuracy measurements
 # the inputs
 
 
-def dense_batch(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """32 × 128 random ids (as benchmarks/benchmark.py, in our vocabulary) and an all-ones mask."""
-    ids = torch.randint(5, vocab_size, (32, 128), generator=torch.Generator().manual_seed(2))
-    return ids, torch.ones_like(ids)
-
-
-def padded_batch(vocab_size: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """32 sequences of 40–256 tokens, right-padded to 256 (the lengths of benchmarks/benchmark.py), and the mask."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(40, 257, (32,), generator=generator)
-    ids = torch.randint(5, vocab_size, (32, 256), generator=generator)
-    mask = (torch.arange(256)[None] < lengths[:, None]).long()
-    return ids.masked_fill(mask == 0, 0), mask
-
-
-BATCH_MAKERS = {"dense": dense_batch, "padded": padded_batch}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -233,7 +218,7 @@ def serve_worker(spec: dict) -> None:
             run = None
             gc.collect()
             predict = serving_path(path, spec["folder"], spec["head"], spec["onnx"])
-            ids, mask = BATCH_MAKERS[batch](spec["vocab_size"])
+            ids, mask = INFERENCE_BATCHES[batch](spec["vocab_size"])
             run = functools.partial(predict, ids, mask)
             print(json.dumps({"ready": True}), flush=True)
         elif command == "run":
@@ -256,7 +241,7 @@ def interleaved(workers: tuple[Worker, Worker], repeats: int, warmup: int) -> tu
 
 def measure_speed(specs: dict[str, dict], vocab_size: int, repeats: int, warmup: int) -> tuple[list[dict], int]:
     """A row per path and batch: tokens/s of ours and of BERT, and ours / BERT; and the workers' thread count."""
-    tokens = {name: int(make(vocab_size)[1].sum()) for name, make in BATCH_MAKERS.items()}
+    tokens = {name: int(make(vocab_size)[1].sum()) for name, make in INFERENCE_BATCHES.items()}
     workers = Worker(specs["ours"]), Worker(specs["bert"])
     rows = []
     try:
@@ -428,22 +413,6 @@ def reported_accuracy(folder: str) -> float | None:
 # the machine and the run
 
 
-def cpu_info() -> dict:
-    """The CPU model, its logical cores, and whether it has each of CPU_FLAGS (from /proc/cpuinfo)."""
-    fields: dict[str, str] = {}
-    if os.path.isfile("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    flags = set(fields.get("flags", "").split())
-    return {
-        "model": fields.get("model name") or platform.processor() or platform.machine(),
-        "logical_cores": os.cpu_count(),
-        "flags": {flag: flag in flags for flag in CPU_FLAGS},
-    }
-
-
 def versions() -> dict[str, str]:
     import onnx
     import onnxruntime
@@ -456,13 +425,6 @@ def versions() -> dict[str, str]:
         "onnx": onnx.__version__,
         "transformers": transformers.__version__,
     }
-
-
-def git_commit() -> str | None:
-    proc = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-    )
-    return proc.stdout.strip() or None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -688,7 +650,7 @@ def main(argv: list[str] | None = None) -> dict:
         "command": command.strip(),
         "date": datetime.date.today().isoformat(),
         "commit": git_commit(),
-        "machine": cpu_info(),
+        "machine": cpu_description(),
         "versions": versions(),
         "threads": {"torch": threads, "onnxruntime_intra_op": threads},
         "settings": {

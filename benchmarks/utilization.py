@@ -28,8 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -40,6 +38,8 @@ import torch
 if __package__ in (None, ""):  # `python benchmarks/utilization.py`: the repository root is not on the path
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import timing
+from benchmarks.batches import INFERENCE_BATCHES, mlm_batch
+from benchmarks.machine import cpu_description, git_commit
 
 PATHS = ("train", "dense", "padded")
 PRECISIONS = ("fp32", "bf16")
@@ -53,7 +53,6 @@ PATH_NAMES = {
 # issue 32's targets, eager mode: the fraction of the GEMM peak each path should reach
 TARGETS = {("train", "fp32"): 0.7, ("dense", "fp32"): 0.7, ("padded", "fp32"): 0.7}
 TARGETS |= {("train", "bf16"): 0.2, ("dense", "bf16"): 0.3, ("padded", "bf16"): 0.3}
-CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -84,23 +83,11 @@ def main_job_shape(size: str = "small") -> Shape:
 # the inputs and the FLOPs they need
 
 
-def training_batch(vocab_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """16 × 128 token ids with 15% of them masked (id 4), and the labels of the masked ones."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab_size, (16, 128), generator=generator)
-    masked = torch.rand(16, 128, generator=generator) < 0.15
-    return ids.masked_fill(masked, 4), torch.where(masked, ids, -100)
-
-
-def inference_batch(path: str, vocab_size: int, seed: int = 1) -> dict[str, torch.Tensor]:
-    """Dense: 32 × 128 ids. Padded: 32 sequences of 40-256 tokens, right-padded to 256, with their attention mask."""
-    generator = torch.Generator().manual_seed(seed)
-    if path == "dense":
-        return {"input_ids": torch.randint(5, vocab_size, (32, 128), generator=generator)}
-    lengths = torch.randint(40, 257, (32,), generator=generator)
-    mask = (torch.arange(256)[None] < lengths[:, None]).long()
-    ids = torch.randint(5, vocab_size, (32, 256), generator=generator).masked_fill(mask == 0, 0)
-    return {"input_ids": ids, "attention_mask": mask}
+def inference_batch(path: str, vocab_size: int) -> dict[str, torch.Tensor]:
+    """The model inputs of an inference path (benchmarks/batches.py): dense 32 × 128 ids alone (no mask: the dense
+    path), or padded 32 × 40-256 → 256 with the attention mask."""
+    ids, mask = INFERENCE_BATCHES[path](vocab_size)
+    return {"input_ids": ids} if path == "dense" else {"input_ids": ids, "attention_mask": mask}
 
 
 def useful_flops(shape: Shape, lengths: list[int], head_tokens: int = 0, training: bool = False) -> float:
@@ -117,7 +104,7 @@ def useful_flops(shape: Shape, lengths: list[int], head_tokens: int = 0, trainin
 def job(path: str, shape: Shape) -> tuple[float, int]:
     """(useful FLOPs, real tokens) of one call of a path."""
     if path == "train":
-        ids, labels = training_batch(shape.vocab_size)
+        ids, labels = mlm_batch(shape.vocab_size)
         masked = int((labels != -100).sum())
         return useful_flops(shape, [ids.shape[1]] * ids.shape[0], masked, training=True), ids.numel()
     batch = inference_batch(path, shape.vocab_size)
@@ -142,23 +129,6 @@ def gemm_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048, 4096), s
             count += 1
         best = max(best, 2 * n**3 * count / (time.perf_counter() - start))
     return best
-
-
-def cpu_description() -> dict:
-    """The CPU's model name and which of the instruction sets that matter here it has (from /proc/cpuinfo)."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    name = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return {"model": name, "flags": {flag: flag in flags for flag in CPU_FLAGS}, "threads": torch.get_num_threads()}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -189,7 +159,7 @@ def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> 
 
     model = build_model(which, path, shape)
     if path == "train":
-        ids, labels = training_batch(shape.vocab_size)
+        ids, labels = mlm_batch(shape.vocab_size)
         optimizer = make_optimizer(model, TrainingConfig(output_dir="unused"))  # the training scripts' AdamW
         model.train()
         forward = torch.compile(model, dynamic=True) if mode == "compiled" else model
@@ -271,13 +241,12 @@ def format_row(cell: dict) -> str:
 
 
 def report(args: argparse.Namespace, shape: Shape, peaks: dict[str, float], cells: list[dict]) -> dict:
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False)
     import transformers
 
     return {
         "command": "python benchmarks/utilization.py " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "commit": commit.stdout.strip() or None,
+        "commit": git_commit(),
         "cpu": cpu_description(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -18,7 +18,7 @@ pytest.importorskip("onnx", reason="the ONNX export needs onnx (the `onnx` extra
 pytest.importorskip("onnxruntime", reason="the serving paths need onnxruntime (the `onnx` extra)")
 
 import sinusoidal_encoder as se
-from benchmarks import deployment
+from benchmarks import batches, deployment, machine
 from sinusoidal_encoder_training import finetuning
 
 LABELS = ("accelerate", "datasets", "huggingface_hub", "numpy", "python", "transformers")
@@ -92,7 +92,7 @@ def test_every_path_and_batch_is_timed_for_ours_and_bert(run):
     record = run[0]
     rows = {(row["path"], row["batch"]): row for row in record["speed"]}
     assert list(rows) == [(path, batch) for path in deployment.PATHS for batch in deployment.BATCHES]
-    _, padding = deployment.padded_batch(vocab_size=99)  # the lengths and the mask do not depend on the vocabulary
+    _, padding = batches.padded_batch(vocab_size=99)  # the lengths and the mask do not depend on the vocabulary
     for (_, batch), row in rows.items():
         assert row["ours_seconds"] > 0 and row["bert_seconds"] > 0
         # tokens/s of the real tokens: all 32 × 128 of the dense batch, the unpadded ones of the padded batch
@@ -145,7 +145,7 @@ def test_classifier_accuracy_is_that_of_its_predictions(run, folders, tokenizer)
 def test_report_and_record_are_written(run):
     record, output, json_path, _ = run
     assert json.loads(json_path.read_text()) == json.loads(json.dumps(record))
-    assert set(record["machine"]["flags"]) == set(deployment.CPU_FLAGS) and record["machine"]["model"]
+    assert set(record["machine"]["flags"]) == set(machine.CPU_FLAGS) and record["machine"]["model"]
     assert {"torch", "onnxruntime", "transformers"} <= set(record["versions"])
     assert record["command"].startswith("python -m benchmarks.deployment --pretrained ")
     assert record["date"] and record["settings"]["quantization"]["weight_type"] == "QInt8"

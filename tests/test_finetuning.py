@@ -317,7 +317,7 @@ def test_config_overrides_change_the_head_not_the_weights(tmp_path, pretrained, 
 
     monkeypatch.setattr(finetuning, "load_task_data", no_data)
     for overrides, message in [
-        ("intermediate_size=80", r"changes the shape of \d+ pretrained weight\(s\) \(encoder\.layers\.0\.feed_forward"),
+        ("intermediate_size=80", r"changes the shape of \d+ pretrained weight\(s\) \(encoder\.layers\.0\.feed_"),
         ("hidden_size=48,num_attention_heads=4", "changes the shape of"),
         ("no_such_field=1", "the config has no field 'no_such_field'"),
         ("classifier_pooling=max", "`classifier_pooling` must be one of"),

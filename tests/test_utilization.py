@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks import utilization
+from benchmarks import machine, utilization
 
 SHAPE = utilization.Shape(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100, hidden_act="relu"
@@ -71,7 +71,7 @@ def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
         assert cell["target"] == utilization.TARGETS[path, precision]
     padded_tokens = int(utilization.inference_batch("padded", shape.vocab_size)["attention_mask"].sum())
     assert cells["padded", "fp32", "eager"]["tokens"] == padded_tokens < 32 * 256
-    assert "| padded inference" in output.read_text() and record["cpu"]["flags"].keys() == set(utilization.CPU_FLAGS)
+    assert "| padded inference" in output.read_text() and record["cpu"]["flags"].keys() == set(machine.CPU_FLAGS)
 
 
 def test_bad_input_is_one_line_before_any_work(capsys):
