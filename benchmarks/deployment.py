@@ -89,8 +89,6 @@ EVAL_BATCH = 16  # passages per forward in the accuracy measurements
 # the inputs
 
 
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # the serving paths
 

@@ -21,10 +21,10 @@ perplexity, the order gap and the unigram baseline as pretraining's evaluation d
 arms). Past the training length the sinusoidal arms are measured with the inference-time candidates too: positions
 scaled into the trained range, and `long_input_attention_window` (attention within ±63 or ±127 tokens). It
 fine-tunes the --finetune_arms on the offline downstream task, and writes `results.json`, `results.md` (the
-tables) and `length_generalization.png` (loss against evaluation length) into --output_dir, and a Hub-ready folder
-`published/` (the offset arm configured with the window that measured best, whose model card carries the table and
-the plot). Everything is kept: run the command again after a kill and it resumes the run in progress and skips what
-is finished.
+tables), `length_generalization.png` (loss against evaluation length) and `learning_curves.png` (validation loss
+and order gap during pretraining, every seed) into --output_dir, and a Hub-ready folder `published/` (the offset
+arm configured with the window that measured best, whose model card carries the table and the plot). Everything is
+kept: run the command again after a kill and it resumes the run in progress and skips what is finished.
 """
 
 from __future__ import annotations
@@ -477,11 +477,25 @@ def summarise(config: LengthGeneralizationConfig, runs: dict, evaluations: dict,
             **variants,
             "validation_loss": [runs[arm, seed]["validation_loss"] for seed in seeds],
             "validation_curve": runs[arm, seeds[0]]["validation_curve"],
+            "learning_curves": learning_curves(config, arm, seeds),
             "tokens_seen": runs[arm, seeds[0]]["tokens_seen"],
             "parameters": runs[arm, seeds[0]]["parameters"],
             "finetune": finetuned.get(arm),
         }
     return summary
+
+
+def learning_curves(config: LengthGeneralizationConfig, arm: str, seeds: Sequence[int]) -> dict[str, list[list]]:
+    """Seed → the run's validations during pretraining (at the training length) as [step, loss, order gap], from
+    its metrics.jsonl; a step validated twice (a killed run that resumed) counts once, the last time."""
+    curves = {}
+    for seed in seeds:
+        by_step = {m["step"]: m for m in read_metrics(run_folder(config, arm, seed)) if "eval_loss" in m}
+        curves[str(seed)] = [
+            [step, by_step[step]["eval_loss"], by_step[step].get("eval_order_gap", float("nan"))]
+            for step in sorted(by_step)
+        ]
+    return curves
 
 
 def _mean(values: list[float]) -> float:
@@ -663,6 +677,43 @@ def plot(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
+def plot_learning_curves(summary: dict, path: str) -> None:
+    """Validation loss and order gap at the training length during pretraining, each arm's seeds in its colour."""
+    from sinusoidal_encoder_training.plots import _pyplot
+
+    plt = _pyplot()
+    fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    for data in summary["arms"].values():
+        color = None
+        for index, curve in enumerate(data["learning_curves"].values()):
+            steps = [point[0] for point in curve]
+            (line,) = ax.plot(
+                steps,
+                [point[1] for point in curve],
+                color=color,
+                marker="o",
+                markersize=3,
+                alpha=1.0 if index == 0 else 0.45,
+                label=data["label"] if index == 0 else None,
+            )
+            color = line.get_color()
+            gaps = [point[2] for point in curve]
+            right.plot(steps, gaps, color=color, marker="o", markersize=3, alpha=1.0 if index == 0 else 0.45)
+    unigram = summary["unigram_loss"][str(summary["train_length"])]
+    ax.axhline(unigram, color="grey", linestyle=":", label="unigram baseline")
+    right.axhline(0.0, color="grey", linewidth=0.8)
+    for axis in (ax, right):
+        axis.set_xlabel("optimizer step")
+        axis.grid(alpha=0.3)
+    ax.set_ylabel(f"validation loss at {summary['train_length']} tokens")
+    right.set_ylabel("order gap (nats): shuffled − as written")
+    right.set_title("Use of word order during pretraining (each seed a line)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def best_window(summary: dict, arm: str = "offset") -> int:
     """The `long_input_attention_window` with the lowest loss at the longest evaluation length."""
     longest = str(summary["lengths"][-1])
@@ -732,6 +783,7 @@ def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
     tables = markdown_tables(config, summary)
     picture = os.path.join(config.output_dir, "length_generalization.png")
     plot(summary, picture)
+    plot_learning_curves(summary, os.path.join(config.output_dir, "learning_curves.png"))
     with open(os.path.join(config.output_dir, "results.json"), "w") as handle:
         arguments = {**dataclasses.asdict(config), "eval_steps": config.eval_interval}
         json.dump({"arguments": arguments, "summary": summary}, handle, indent=2)

@@ -212,8 +212,12 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     assert "BertForMaskedLM" in tables and "| arm | 128 tokens | 256 tokens | 256 / 128 |" in tables
     assert "attention within ±63 tokens at inference" in tables and "within ±127 tokens" in tables
     assert "Order gap (nats per masked token" in tables and "| unigram baseline (loss) |" in tables
-    picture = mpimg.imread(out / "length_generalization.png")
-    assert picture.ndim == 3 and min(picture.shape[:2]) > 200 and picture.std() > 0.01  # a drawn figure
+    for name in ("length_generalization.png", "learning_curves.png"):
+        picture = mpimg.imread(out / name)
+        assert picture.ndim == 3 and min(picture.shape[:2]) > 200 and picture.std() > 0.01  # a drawn figure
+    curve = summary["arms"]["shipped"]["learning_curves"]["0"]  # [step, loss, order gap] at each validation
+    assert [point[0] for point in curve] == sorted({point[0] for point in curve}) and curve[-1][0] == 2
+    assert curve[-1][1] == pytest.approx(summary["arms"]["shipped"]["validation_loss"][0])
     published = AutoModelForMaskedLM.from_pretrained(out / "published")
     assert (published.config.position_mode, published.config.max_position_offset) == ("random_offset", 128)
     assert published.config.long_input_attention_window == lg.best_window(summary) in lg.WINDOWS
