@@ -169,6 +169,14 @@ def length_figure(arm: str, key: str, length: int) -> float:
     return sum(values) / len(values)
 
 
+def seed_spread(values: list[float], spec: str) -> str:
+    """The mean of one figure over seeds, and with several seeds ± half their range: '4.263 ±0.016'."""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return format(mean, spec)
+    return f"{format(mean, spec)} ±{format((max(values) - min(values)) / 2, spec.lstrip('+'))}"
+
+
 def length_table() -> str:
     """Loss and order gap at the training length and at 4× and 8× it, per arm, then issue 33's targets as the
     harness judges them (`targets`), from benchmarks/length-generalization.json."""
@@ -179,17 +187,16 @@ def length_table() -> str:
     four, eight = 4 * train, 8 * train
     rows = []
     for arm in (arm for arm in LENGTH_ARMS if arm in summary["arms"]):
-        loss = {n: length_figure(arm, "loss", n) for n in (train, four, eight)}
-        gap = {n: length_figure(arm, "order_gap", n) for n in (train, four)}
+        figures = summary["arms"][arm]
+        loss = {n: figures["loss"][str(n)] for n in (train, four, eight)}
+        gap = {n: figures["order_gap"][str(n)] for n in (train, four)}
+        rise = [at_four - at_train for at_four, at_train in zip(loss[four], loss[train], strict=True)]
         rows.append(
             [
                 ARMS[arm],
-                f"{loss[train]:.3f}",
-                f"{loss[four]:.3f}",
-                f"{loss[eight]:.3f}",
-                minus(f"{loss[four] - loss[train]:+.3f}"),
-                minus(f"{gap[train]:+.2f}"),
-                minus(f"{gap[four]:+.2f}"),
+                *(seed_spread(loss[n], ".3f") for n in (train, four, eight)),
+                minus(seed_spread(rise, "+.3f")),
+                *(minus(seed_spread(gap[n], "+.2f")) for n in (train, four)),
             ]
         )
     seeds = next(iter(summary["arms"].values()))["seeds"]
@@ -203,8 +210,9 @@ def length_table() -> str:
         f"at {four}",
     ]
     checks = [[target, minus(measured), "yes" if met else "**no**"] for target, measured, met in targets(summary)]
+    spread = " Each cell: the mean over the seeds ± half their range." if len(seeds) > 1 else ""
     note = (
-        f"Source: {link(LENGTH_DATA)}; the report with every length, the variants and the fine-tuning: "
+        f"Source: {link(LENGTH_DATA)}.{spread} The report with every length, the variants and the fine-tuning: "
         f"{link(LENGTH)}; the picture: {link('benchmarks/length-generalization.png')}."
     )
     return "\n\n".join([table(header, rows), table(["target", "measured", "met"], checks), note])
