@@ -364,18 +364,18 @@ def finetune_gap_table() -> str:
     """Fine-tuning settings against the TF-IDF baseline, one row per line of benchmarks/finetune-gap.jsonl (each a
     `scripts/finetune.sh` run on the same pretrained model, with its command)."""
     lines = [json.loads(text) for text in (REPO / FINETUNE_GAP).read_text().splitlines()]
+    metrics = ("accuracy", "macro_f1")
     rows = [
-        [line["label"], *(f"{line['eval_results'][f'eval_{metric}']:.3f}" for metric in ("accuracy", "macro_f1"))]
+        [line["label"], line["model"], *(f"{line['eval_results'][f'eval_{metric}']:.3f}" for metric in metrics)]
         for line in lines
     ]
     baseline = lines[0]["eval_results"]
-    rows.append(
-        ["TF-IDF + logistic regression", *(f"{baseline[f'tfidf_logreg_{m}']:.3f}" for m in ("accuracy", "macro_f1"))]
+    rows.append(["TF-IDF + logistic regression", "—", *(f"{baseline[f'tfidf_logreg_{m}']:.3f}" for m in metrics)])
+    note = (
+        f"Source: {link(FINETUNE_GAP)}, with each run's command, pretrained model and the commit of the fine-tuning "
+        "code; the validation split has 384 passages (one passage: 0.0026 accuracy)."
     )
-    commits = sorted({line["commit"] for line in lines})
-    model = f"the main job's model of commit {', '.join(commits)}"
-    note = f"Source: {link(FINETUNE_GAP)}, with each run's command ({model})."
-    return table(["fine-tuning", "accuracy", "macro-F1"], rows) + "\n\n" + note
+    return table(["fine-tuning", "pretrained model", "accuracy", "macro-F1"], rows) + "\n\n" + note
 
 
 SENTENCES = "benchmarks/sentence-embeddings.jsonl"
