@@ -213,7 +213,8 @@ def length_table() -> str:
     spread = " Each cell: the mean over the seeds ± half their range." if len(seeds) > 1 else ""
     note = (
         f"Source: {link(LENGTH_DATA)}.{spread} The report with every length, the variants and the fine-tuning: "
-        f"{link(LENGTH)}; the picture: {link('benchmarks/length-generalization.png')}."
+        f"{link(LENGTH)}; the pictures: {link('benchmarks/length-generalization.png')} (against evaluation length), "
+        f"{link('benchmarks/length-generalization-curves.png')} (during pretraining)."
     )
     return "\n\n".join([table(header, rows), table(["target", "measured", "met"], checks), note])
 
