@@ -311,6 +311,7 @@ def test_config_overrides_change_the_head_not_the_weights(tmp_path, pretrained, 
     saved = AutoConfig.from_pretrained(out)
     assert (saved.classifier_pooling, saved.classifier_dropout) == ("mean", 0.3)
     assert AutoModelForSequenceClassification.from_pretrained(out).pooler.pooling == "mean"
+    assert "`classifier_pooling=mean,classifier_dropout=0.3`" in (out / "README.md").read_text()  # the card says so
 
     def no_data(config):
         raise AssertionError("the data was read before the bad override was refused")

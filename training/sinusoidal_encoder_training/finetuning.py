@@ -590,6 +590,8 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
         f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
     )
+    if config.config_overrides:
+        procedure += f" Config changed from the pretrained model's: `{config.config_overrides}`."
     if accelerator.is_main_process:
         os.makedirs(config.output_dir, exist_ok=True)
         with open(os.path.join(config.output_dir, "eval_results.json"), "w") as handle:
