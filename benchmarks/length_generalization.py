@@ -590,7 +590,8 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
             ]
             ratio = _mean(data[name][lengths[-1]]) / _mean(data["loss"][lengths[0]])
             lines.append(f"| {data['label']}, {description} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
-    lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
+    if len(config.seeds) > 1:
+        lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
     lines += [
         "",
         "Order gap (nats per masked token: the loss with each block's tokens shuffled, the masks moving with them, "

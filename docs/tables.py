@@ -219,6 +219,43 @@ def length_table() -> str:
     return "\n\n".join([table(header, rows), table(["target", "measured", "met"], checks), note])
 
 
+LENGTH_BUDGET_DATA = "benchmarks/length-generalization-2x.json"
+LENGTH_BUDGET = "benchmarks/length-generalization-2x.md"
+
+
+def length_budget_table() -> str:
+    """The arms pretrained twice as long beside themselves at the main job's budget (seed 42 of both runs): loss and
+    order gap at the training length and at 4× it, and the share of the gap kept, from the two data files."""
+    from benchmarks.length_generalization import ARMS
+
+    budgets = {"1×": length_summary(), "2×": json.loads((REPO / LENGTH_BUDGET_DATA).read_text())["summary"]}
+    train = budgets["2×"]["train_length"]
+    four = 4 * train
+    rows = []
+    for arm in (arm for arm in LENGTH_ARMS if arm in budgets["2×"]["arms"]):
+        for budget, summary in budgets.items():
+            figures = summary["arms"][arm]
+            index = figures["seeds"].index(42)  # the seed both budgets ran
+            loss = {n: figures["loss"][str(n)][index] for n in (train, four)}
+            gap = {n: figures["order_gap"][str(n)][index] for n in (train, four)}
+            tokens = figures["tokens_seen"] / 1e6
+            rows.append(
+                [
+                    f"{ARMS[arm]}, {budget} ({tokens:.1f}M tokens)",
+                    f"{loss[train]:.3f}",
+                    f"{loss[four]:.3f}",
+                    minus(f"{loss[four] - loss[train]:+.3f}"),
+                    minus(f"{gap[train]:+.2f}"),
+                    minus(f"{gap[four]:+.2f}"),
+                    f"{gap[four] / gap[train]:.0%}",
+                ]
+            )
+    header = ["arm, budget (seed 42)", f"loss at {train}", f"at {four}", "rise", f"order gap at {train}", f"at {four}"]
+    header.append("gap kept")
+    note = f"Source: {link(LENGTH_BUDGET_DATA)} and {link(LENGTH_DATA)}; the report: {link(LENGTH_BUDGET)}."
+    return table(header, rows) + "\n\n" + note
+
+
 ALGORITHMIC_RECORDS = "benchmarks/algorithmic/runs/results.jsonl"
 ALGORITHMIC_REPORT = "benchmarks/algorithmic/results.md"
 ALGORITHMIC_TASKS = ("bucket_sort", "reverse_string", "duplicate_string", "odds_first")
@@ -503,6 +540,7 @@ class Table:
 TABLES = (
     Table("order-recipe", "docs/experiments.md", order_recipe_table),
     Table("length-generalization", "docs/experiments.md", length_table),
+    Table("length-budget", "docs/experiments.md", length_budget_table),
     Table("algorithmic-past-training", "docs/experiments.md", algorithmic_table),
     Table("performance-summary", "docs/performance.md", performance_table),
     Table("utilization", "docs/performance.md", utilization_table),
