@@ -46,6 +46,11 @@ class Worker:
 def interleaved(commands: Sequence[Sequence[str]], repeats: int, warmup: int = 2) -> list[float]:
     """Median seconds of each worker's call, the workers measured in turn (A, B, A, B, ...) so that machine noise hits
     them alike."""
+    return [statistics.median(series) for series in interleaved_series(commands, repeats, warmup)]
+
+
+def interleaved_series(commands: Sequence[Sequence[str]], repeats: int, warmup: int = 2) -> list[list[float]]:
+    """Every timed call's seconds, one list per worker, the workers measured in turn as `interleaved` does."""
     workers = [Worker(command) for command in commands]
     try:
         for _ in range(warmup):
@@ -55,7 +60,7 @@ def interleaved(commands: Sequence[Sequence[str]], repeats: int, warmup: int = 2
         for _ in range(repeats):
             for worker, series in zip(workers, times, strict=True):
                 series.append(worker.seconds())
-        return [statistics.median(series) for series in times]
+        return times
     finally:
         for worker in workers:
             worker.close()

@@ -1,7 +1,7 @@
 """How close the encoder runs to this machine's limit, in every precision, against BERT of the same shape.
 
     python benchmarks/utilization.py                    # every cell; writes benchmarks/utilization.md and .json
-    python benchmarks/utilization.py --profile          # also per-op tables of the eager cells (…-profiles.md)
+    python benchmarks/utilization.py --profile          # also per-op tables of every cell (…-profiles.md)
     python benchmarks/utilization.py --paths train --precisions bf16 --modes eager --repeats 5   # one cell
 
 The measure is useful-work model-FLOPs utilisation (MFU): the FLOPs the job needs at the least, over the time it took
@@ -28,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -174,14 +175,14 @@ def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> 
         return step
     model = model.to(DTYPES[precision]).eval()
     if mode == "compiled":
-        from torch._inductor import config as inductor_config
-
-        inductor_config.freezing = True  # fold the weights in as constants and prepack them for the CPU
         model = torch.compile(model, dynamic=True)
     inputs = inference_batch(path, shape.vocab_size)
 
     def run():
-        with torch.inference_mode():
+        from torch._inductor import config as inductor_config
+
+        # freezing: the weights folded in as constants and prepacked for the CPU (read when the first call compiles)
+        with torch.inference_mode(), inductor_config.patch(freezing=mode == "compiled"):
             model(**inputs)
 
     return run
@@ -196,7 +197,7 @@ def profile_table(run: Callable[[], None], calls: int = 3, rows: int = 15) -> st
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for _ in range(calls):
             run()
-    return profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    return profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=72)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -215,13 +216,16 @@ def measure(args: argparse.Namespace, shape: Shape, peaks: dict[str, float]) -> 
             for mode in args.modes:
                 commands = [worker_command(which, path, precision, mode, args) for which in MODELS]
                 warmup = 3 if mode == "compiled" else 2
-                seconds = timing.interleaved(commands, args.repeats, warmup)
+                series = timing.interleaved_series(commands, args.repeats, warmup)
                 cell = {"path": path, "precision": precision, "mode": mode, "flops": flops, "tokens": tokens}
-                for which, value in zip(MODELS, seconds, strict=True):
+                for which, times in zip(MODELS, series, strict=True):
+                    value = statistics.median(times)
                     cell[which] = {
                         "seconds": value,
                         "tokens_per_second": tokens / value,
                         "mfu": flops / value / peaks[precision],
+                        # the slowest and the fastest repetition: how far this machine's noise moves the cell
+                        "mfu_range": [flops / max(times) / peaks[precision], flops / min(times) / peaks[precision]],
                     }
                 cell["ratio"] = cell["bert"]["seconds"] / cell["ours"]["seconds"]
                 cell["target"] = TARGETS.get((path, precision)) if mode == "eager" else None
@@ -230,13 +234,26 @@ def measure(args: argparse.Namespace, shape: Shape, peaks: dict[str, float]) -> 
     return cells
 
 
-def format_row(cell: dict) -> str:
+def verdict(cell: dict) -> str:
+    """The eager cells' target, met or missed by the median; "—" for cells without one."""
     target = cell["target"]
-    verdict = "—" if target is None else f"≥ {target:.1f}: {'met' if cell['ours']['mfu'] >= target else 'missed'}"
+    return "—" if target is None else f"≥ {target:.1f}: {'met' if cell['ours']['mfu'] >= target else 'missed'}"
+
+
+def format_mfu(result: dict, digits: int = 3) -> str:
+    """The median MFU, and the range of the repetitions where the record has it: `0.674 (0.62–0.71)`."""
+    text = f"{result['mfu']:.{digits}f}"
+    if "mfu_range" in result:
+        low, high = result["mfu_range"]
+        text += f" ({low:.2f}–{high:.2f})"
+    return text
+
+
+def format_row(cell: dict) -> str:
     return (
-        f"| {PATH_NAMES[cell['path']]} | {cell['precision']} | {cell['mode']} | {cell['ours']['mfu']:.3f} | "
-        f"{cell['bert']['mfu']:.3f} | {cell['ratio']:.2f}× | {cell['ours']['tokens_per_second']:,.0f} | "
-        f"{cell['bert']['tokens_per_second']:,.0f} | {verdict} |"
+        f"| {PATH_NAMES[cell['path']]} | {cell['precision']} | {cell['mode']} | {format_mfu(cell['ours'])} | "
+        f"{format_mfu(cell['bert'])} | {cell['ratio']:.2f}× | {cell['ours']['tokens_per_second']:,.0f} | "
+        f"{cell['bert']['tokens_per_second']:,.0f} | {verdict(cell)} |"
     )
 
 
@@ -274,8 +291,9 @@ def markdown(record: dict) -> str:
         f"{peaks['bf16'] / 1e9:,.0f} GFLOP/s ({peaks['bf16'] / peaks['fp32']:.1f}× fp32).",
         "",
         "MFU = the least FLOPs of the job (encoder on real tokens, attention at each sequence's own length, the "
-        "masked-LM head at masked tokens; training three forwards) / (seconds × the GEMM peak of the precision). "
-        "The targets (issue 32) are for eager mode.",
+        "masked-LM head at masked tokens; training three forwards) / (seconds × the GEMM peak of the precision): "
+        "the median, and in brackets the slowest and the fastest repetition. The targets (issue 32) are for eager "
+        "mode, judged on the median.",
         "",
         "| path | precision | mode | MFU ours | MFU BERT | ours / BERT | tokens/s ours | tokens/s BERT | target |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -285,15 +303,22 @@ def markdown(record: dict) -> str:
 
 
 def profiles(args: argparse.Namespace, shape: Shape) -> str:
-    """Per-op tables of the eager cells, ours and BERT, in this process (one model at a time)."""
-    sections = ["# Where the time goes: per-op tables of the eager cells", ""]
+    """Per-op tables of every cell, ours and BERT, in this process (one model at a time). In the compiled cells
+    inductor's generated kernels appear by name (`cpp_fused_...`) beside the library calls they leave in place."""
+    from torch._inductor import config as inductor_config
+
+    sections = ["# Where the time goes: per-op tables of every cell", ""]
     sections.append(f"`python benchmarks/utilization.py {' '.join(sys.argv[1:])}`; {torch.get_num_threads()} threads.")
     for path in args.paths:
         for precision in args.precisions:
-            for which in MODELS:
-                table = profile_table(workload(which, path, precision, "eager", shape))
-                title = f"## {PATH_NAMES[path]}, {precision}, {'ours' if which == 'ours' else 'BERT'}"
-                sections += ["", title, "", "```text", table.strip(), "```"]
+            for mode in args.modes:
+                for which in MODELS:
+                    torch._dynamo.reset()  # each compiled cell compiles afresh, as in its own benchmark worker
+                    # each generated kernel timed by name, not only the compiled graph around them
+                    with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+                        table = profile_table(workload(which, path, precision, mode, shape))
+                    title = f"## {PATH_NAMES[path]}, {precision}, {mode}, {'ours' if which == 'ours' else 'BERT'}"
+                    sections += ["", title, "", "```text", table.strip(), "```"]
     return "\n".join(sections) + "\n"
 
 
@@ -304,7 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--repeats", type=int, default=7, help="Interleaved repetitions per cell (the median).")
-    parser.add_argument("--profile", action="store_true", help="Also write per-op tables of the eager cells.")
+    parser.add_argument("--profile", action="store_true", help="Also write per-op tables of every cell.")
     parser.add_argument(
         "--output", default=None, help="Markdown report (default benchmarks/utilization.md; the JSON beside it)."
     )

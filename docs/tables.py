@@ -497,24 +497,22 @@ UTILIZATION = "benchmarks/utilization.json"
 def utilization_table() -> str:
     """Model-FLOPs utilisation of every path, precision and mode, ours and BERT, from the JSON record of
     `python benchmarks/utilization.py`, with issue 32's targets (eager mode) met or missed."""
-    from benchmarks.utilization import PATH_NAMES
+    from benchmarks.utilization import PATH_NAMES, format_mfu, verdict
 
     record = json.loads((REPO / UTILIZATION).read_text())
     rows = []
     for cell in record["cells"]:
-        target = cell["target"]
-        verdict = "—" if target is None else f"≥ {target:.1f}: {'met' if cell['ours']['mfu'] >= target else 'missed'}"
         ratio = f"**{cell['ratio']:.2f}×**" if cell["ratio"] < 1 else f"{cell['ratio']:.2f}×"
         rows.append(
             [
                 PATH_NAMES[cell["path"]],
                 cell["precision"],
                 cell["mode"],
-                f"{cell['ours']['mfu']:.2f}",
-                f"{cell['bert']['mfu']:.2f}",
+                format_mfu(cell["ours"], digits=2),
+                format_mfu(cell["bert"], digits=2),
                 ratio,
                 f"{cell['ours']['tokens_per_second']:,.0f}",
-                verdict,
+                verdict(cell),
             ]
         )
     header = ["path", "precision", "mode", "MFU ours", "MFU BERT", "ours / BERT", "tokens/s ours", "target"]
@@ -524,7 +522,8 @@ def utilization_table() -> str:
         f"Source: {link(UTILIZATION)} (`{record['command']}`, commit {record['commit']}, {record['date']}): "
         f"{cpu['model']}, {cpu['threads']} threads, CPU flags {flags}; GEMM peak measured in the run "
         f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s in fp32 and {peaks['bf16'] / 1e9:,.0f} in bf16; medians of "
-        f"{record['repeats']} interleaved repetitions. Ratios below 1 in bold. Per-op profiles of the eager cells: "
+        f"{record['repeats']} interleaved repetitions (in brackets: the slowest and the fastest). Ratios below 1 in "
+        "bold. Per-op profiles of the cells: "
         f"{link('benchmarks/utilization-profiles.md')}."
     )
     return table(header, rows) + "\n\n" + note

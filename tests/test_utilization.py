@@ -3,6 +3,7 @@ torch's FlopCounterMode), and a tiny run writes every cell. Mechanics only: no t
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -55,7 +56,7 @@ def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
     monkeypatch.setattr(utilization, "gemm_peak", lambda dtype: 1e9 if dtype == torch.float32 else 2e9)
     output = tmp_path / "utilization.md"
     argv = ["--size", "tiny", "--paths", "train", "padded", "--precisions", "fp32", "bf16", "--modes", "eager"]
-    utilization.main([*argv, "--repeats", "1", "--output", str(output)])
+    utilization.main([*argv, "--repeats", "2", "--output", str(output)])
     record = json.loads((tmp_path / "utilization.json").read_text())
     cells = {(cell["path"], cell["precision"], cell["mode"]): cell for cell in record["cells"]}
     assert set(cells) == {(p, q, "eager") for p in ("train", "padded") for q in ("fp32", "bf16")}
@@ -67,6 +68,8 @@ def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
             assert figures["mfu"] == pytest.approx(
                 cell["flops"] / figures["seconds"] / record["gemm_peak_flops"][precision]
             )
+            low, high = figures["mfu_range"]  # the slower and the faster of the two repetitions, the median between
+            assert low <= figures["mfu"] <= high
         assert cell["ratio"] == pytest.approx(cell["bert"]["seconds"] / cell["ours"]["seconds"])
         assert cell["target"] == utilization.TARGETS[path, precision]
     padded_tokens = int(utilization.inference_batch("padded", shape.vocab_size)["attention_mask"].sum())
@@ -78,3 +81,15 @@ def test_bad_input_is_one_line_before_any_work(capsys):
     with pytest.raises(SystemExit):
         utilization.main(["--size", "huge"])
     assert "--size: 'huge' is not a preset" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_profiles_time_the_compiled_kernels_by_name():
+    from torch._inductor import config as inductor_config
+
+    args = argparse.Namespace(paths=["dense"], precisions=["fp32"], modes=["compiled"])
+    text = utilization.profiles(args, utilization.main_job_shape("tiny"))
+    ours = text.split("## dense inference (32 × 128), fp32, compiled, ours")[1].split("## ")[0]
+    assert "cpp_fused" in ours and "mkldnn::_linear_pointwise" in ours  # generated kernels; prepacked (frozen) GEMMs
+    assert "compiled, BERT" in text
+    assert not inductor_config.freezing and not inductor_config.cpp.enable_kernel_profile  # nothing leaks out
