@@ -177,10 +177,9 @@ def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> 
     if mode == "compiled":
         model = torch.compile(model, dynamic=True)
     inputs = inference_batch(path, shape.vocab_size)
+    from torch._inductor import config as inductor_config
 
     def run():
-        from torch._inductor import config as inductor_config
-
         # freezing: the weights folded in as constants and prepacked for the CPU (read when the first call compiles)
         with torch.inference_mode(), inductor_config.patch(freezing=mode == "compiled"):
             model(**inputs)
