@@ -1,31 +1,38 @@
-"""The paths that need CUDA: flash attention's variable-length kernel against sdpa, bf16 training and save/load,
-`accelerate launch` with the shipped single-GPU, multi-GPU and FSDP configurations, and FSDP checkpoint + resume.
+"""The paths that need CUDA: torch's and flash-attn's variable-length kernels against sdpa (outputs and gradients),
+bf16 training and save/load, `accelerate launch` with the shipped single-GPU configuration (a kill and an exact
+resume), the multi-GPU and FSDP configurations, and FSDP checkpoint + resume.
 
-Run them with `bash scripts/test_gpu.sh` on a machine with a GPU (the multi-GPU and FSDP tests need two). Without
-CUDA every test here skips, with the reason; the CPU suite covers the rest (the flash attention convention with a
-stand-in kernel: tests/test_model.py)."""
+Run them with `bash scripts/test_gpu.sh RESULTS_DIR` on a machine with a GPU (the multi-GPU and FSDP tests need
+two). Without CUDA every test here skips, with the reason; the CPU suite covers the rest (the packed layout and the
+dispatch with stand-in kernels: tests/test_model.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, TINY, env, pretrain_cmd, random_ids, run, tiny_config, write_text_corpus
+from conftest import REPO, TINY, env, metrics, pretrain_cmd, random_ids, run, tiny_config, write_text_corpus
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 import sinusoidal_encoder as se
+from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: run `bash scripts/test_gpu.sh` there"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU: run `bash scripts/test_gpu.sh RESULTS_DIR` there"
+    ),
 ]
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 CUDA GPUs, found {GPUS}")
-ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+ACCELERATE = (sys.executable, "-m", "accelerate.commands.accelerate_cli")  # also where no `accelerate` script is
 CONFIGS = REPO / "training" / "accelerate_configs"
 
 
@@ -38,7 +45,7 @@ def padded_batch(batch: int = 4, length: int = 48):
 
 
 def launch(config: Path, *flags: str) -> tuple[str, ...]:
-    return (ACCELERATE, "launch", "--config_file", str(config), "--main_process_port", "0", *flags)
+    return (*ACCELERATE, "launch", "--config_file", str(config), "--main_process_port", "0", *flags)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +83,61 @@ def test_flash_attention_varlen_equals_sdpa(tmp_path, dtype):
     torch.testing.assert_close(outputs["flash_attention_2"][real], outputs["sdpa"][real], atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_torchs_varlen_kernel_equals_sdpa_on_padded_batches_with_gradients(dtype):
+    """The unpadded path on CUDA (packed tokens through `varlen_attn`, no flash-attn package) against the padded
+    batch through sdpa: the same masked-LM loss, logits on the real tokens and gradients of every weight, within
+    half-precision tolerances; and the kernel is really the one called."""
+    if modeling.varlen_attn is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen (torch 2.10 and later do)")
+    calls = []
+    kernel = modeling.varlen_attn
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return kernel(*args, **kwargs)
+
+    ids, mask = padded_batch(batch=4, length=48)
+    ids, mask = ids.cuda(), mask.cuda()
+    labels = torch.where(mask.bool(), ids, -100)
+    results = {}
+    for unpad in (True, False):
+        torch.manual_seed(0)
+        config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256, unpad_inputs=unpad)
+        model = AutoModelForMaskedLM.from_config(config).to(device="cuda", dtype=dtype).train()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(modeling, "varlen_attn", counted)
+            output = model(ids, attention_mask=mask, labels=labels)
+            output.loss.backward()
+        grads = {name: p.grad.float().cpu() for name, p in model.named_parameters()}
+        results[unpad] = output.loss.float().item(), output.logits.float().cpu(), grads
+    assert len(calls) == config.num_hidden_layers  # the unpadded model's layers, not the padded one's
+    (loss, logits, grads), (padded_loss, padded_logits, padded_grads) = results[True], results[False]
+    real = mask.bool().cpu()
+    assert loss == pytest.approx(padded_loss, rel=2e-2)
+    torch.testing.assert_close(logits[real], padded_logits[real], atol=5e-2, rtol=5e-2)
+    for name, grad in grads.items():
+        assert torch.isfinite(grad).all(), name
+        torch.testing.assert_close(grad, padded_grads[name], atol=5e-2, rtol=1e-1, msg=name)
+
+
+def test_torchs_varlen_kernel_serves_inference_in_bf16_and_equals_sdpa_of_each_row_alone():
+    """bf16 inference as users load it (`dtype=torch.bfloat16`): a padded batch's real tokens equal each row run
+    alone without padding (sdpa, no mask), within bf16 rounding."""
+    if modeling.varlen_attn is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen (torch 2.10 and later do)")
+    config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256)
+    model = se.SinusoidalEncoderModel(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    ids, mask = padded_batch(batch=4, length=48)
+    with torch.no_grad():
+        batched = model(ids.cuda(), attention_mask=mask.cuda()).last_hidden_state.float().cpu()
+        for row in range(ids.shape[0]):
+            length = int(mask[row].sum())
+            alone = model(ids[row : row + 1, :length].cuda()).last_hidden_state.float().cpu()
+            torch.testing.assert_close(batched[row, :length], alone[0], atol=3e-2, rtol=3e-2)
+    assert batched[~mask.bool()].abs().max() == 0
+
+
 def test_bf16_weights_save_and_load_on_cuda(tmp_path):
     model = se.SinusoidalEncoderForMaskedLM(tiny_config()).to(device="cuda", dtype=torch.bfloat16).eval()
     model.save_pretrained(tmp_path)
@@ -104,6 +166,58 @@ def test_bf16_training_with_the_single_gpu_config(tmp_path, corpus):
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert model.dtype == torch.float32  # float32 master weights, bf16 autocast
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_single_gpu_bf16_training_is_killed_resumes_exactly_and_reloads_in_bf16(tmp_path, corpus):
+    """As users run it: `accelerate launch` with the shipped single-GPU bf16 configuration, SIGKILL after a
+    checkpoint, `--resume_from_checkpoint latest`; the run ends with the uninterrupted run's losses and weights (up to
+    the GPU's nondeterministic kernels), and the saved folder reloads in bf16 on the GPU with the fp32 model's
+    predictions within bf16 rounding."""
+    common = ("--max_train_steps", "12", "--checkpointing_steps", "4", "--eval_steps", "6")
+    launcher = launch(CONFIGS / "single_gpu_bf16.yaml")
+    whole = tmp_path / "whole"
+    run(pretrain_cmd(corpus, whole, *common, launcher=launcher))
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        pretrain_cmd(corpus, killed, *common, launcher=launcher),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the launcher and the training process it starts: killed together
+    )
+    try:
+        deadline = time.time() + 300
+        while not (killed / "checkpoints" / "step_8").exists():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.time() < deadline, "no checkpoint step_8 within 300 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (killed / "model.safetensors").exists()  # it died before the end
+    resumed = run(pretrain_cmd(corpus, killed, *common, "--resume_from_checkpoint", "latest", launcher=launcher))
+    assert "Resuming from" in resumed.stdout and "mixed precision = bf16" in resumed.stdout
+    losses = [m["train_loss"] for m in metrics(killed) if "train_loss" in m]
+    expected = [m["train_loss"] for m in metrics(whole) if "train_loss" in m]
+    assert [m["step"] for m in metrics(killed) if "train_loss" in m] == list(range(1, 13))
+    assert losses == pytest.approx(expected, rel=1e-3)
+    a, b = weights(whole), weights(killed)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-4, rtol=1e-3, msg=name)
+    # reload in bf16 on the GPU: the fp32 model's predictions, within bf16 rounding
+    ids, mask = padded_batch()
+    fp32 = AutoModelForMaskedLM.from_pretrained(killed).cuda().eval()
+    bf16 = AutoModelForMaskedLM.from_pretrained(killed, dtype=torch.bfloat16).cuda().eval()
+    assert bf16.dtype == torch.bfloat16
+    with torch.no_grad():
+        reference = fp32(ids.cuda(), attention_mask=mask.cuda()).logits.float()
+        got = bf16(ids.cuda(), attention_mask=mask.cuda()).logits.float()
+    real = mask.bool().cuda()
+    agreement = (got[real].argmax(-1) == reference[real].argmax(-1)).float().mean().item()
+    assert agreement >= 0.9, agreement
+    torch.testing.assert_close(got[real], reference[real], atol=0.15, rtol=0.05)
 
 
 @two_gpus
@@ -148,7 +262,7 @@ def test_fsdp_trains_checkpoints_resumes_and_exports_the_unsharded_model(tmp_pat
     # and equals the last sharded checkpoint, merged by accelerate
     merged = tmp_path / "merged"
     subprocess.run(
-        [ACCELERATE, "merge-weights", str(full / "checkpoints" / "step_6" / "pytorch_model_fsdp_0"), str(merged)],
+        [*ACCELERATE, "merge-weights", str(full / "checkpoints" / "step_6" / "pytorch_model_fsdp_0"), str(merged)],
         check=True,
         env=env(),
         timeout=600,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import torch
 from conftest import VOCAB_SIZE, random_ids, tiny_config
@@ -140,6 +142,97 @@ def test_flash_attention_2_gets_packed_sequences_with_the_varlen_convention(monk
     torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=1e-5, rtol=1e-5)
     assert torch.all(got[~mask.bool()] == 0)
     torch.testing.assert_close(dense_got, dense_expected, atol=1e-5, rtol=1e-5)
+
+
+def _varlen_stand_in(calls: list):
+    """A CPU stand-in for torch's `varlen_attn` with its signature and layout: packed `(N, nh, hs)` query, key and
+    value, int32 boundaries `(B+1,)`, the longest lengths; attention within each sequence at the default scale."""
+
+    def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k):
+        assert query.dim() == 3 and query.shape == key.shape == value.shape
+        assert cu_seq_q.dtype == torch.int32 and torch.equal(cu_seq_q, cu_seq_k) and max_q == max_k
+        bounds = cu_seq_q.tolist()
+        assert max_q == max(end - start for start, end in pairwise(bounds))
+        calls.append((tuple(query.shape), bounds, max_q))
+        pieces = [
+            nn.functional.scaled_dot_product_attention(
+                *(tensor[start:end].transpose(0, 1) for tensor in (query, key, value))  # (nh, L, hs)
+            ).transpose(0, 1)  # (L, nh, hs)
+            for start, end in pairwise(bounds)
+        ]
+        return torch.cat(pieces)  # (N, nh, hs)
+
+    return varlen_attn
+
+
+@pytest.mark.parametrize(
+    "implementation, dtype, dropout, training, capability, used",
+    [
+        ("sdpa", torch.bfloat16, 0.0, False, (9, 0), True),
+        ("sdpa", torch.float16, 0.1, False, (8, 0), True),  # dropout applies in training only
+        ("sdpa", torch.bfloat16, 0.0, True, (8, 6), True),
+        ("sdpa", torch.bfloat16, 0.1, True, (9, 0), False),  # the kernel has no dropout
+        ("sdpa", torch.float32, 0.0, False, (9, 0), False),  # fp32: flash kernels take fp16/bf16 only
+        ("sdpa", torch.bfloat16, 0.0, False, (7, 5), False),  # before Ampere: no flash attention
+        ("eager", torch.bfloat16, 0.0, False, (9, 0), False),  # the written-out attention, as asked
+    ],
+)
+def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
+    monkeypatch, implementation, dtype, dropout, training, capability, used
+):
+    """On a CUDA GPU (simulated: the capability is what torch would report) the unpadded path calls `varlen_attn`
+    with the packed layout, and only where the kernel runs; elsewhere the padded layout, as before."""
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    calls = []
+    monkeypatch.setattr(modeling, "varlen_attn", _varlen_stand_in(calls))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert modeling._runs_flash_attention(torch.device("cuda")) == (capability >= (8, 0))
+    assert not modeling._runs_flash_attention(torch.device("cpu"))
+    monkeypatch.setattr(modeling, "_runs_flash_attention", lambda device: capability >= (8, 0))  # as on a GPU
+    config = tiny_config(attention_probs_dropout_prob=dropout)
+    model = AutoModel.from_config(config, attn_implementation=implementation).to(dtype).train(training)
+    ids = random_ids(3, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, 5:] = 0
+    model(ids, attention_mask=mask)
+    assert calls == ([((25, 4, 8), [0, 12, 20, 25], 12)] * 2 if used else [])  # once per layer
+    monkeypatch.setattr(modeling, "varlen_attn", None)  # a torch without the kernel (before 2.10)
+    model(ids, attention_mask=mask)
+    assert len(calls) == (2 if used else 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_varlen_kernel_path_gives_the_padded_batchs_outputs_and_gradients(monkeypatch, dtype):
+    """The packed layout handed to `varlen_attn` (the CPU stand-in above): the masked-LM logits and the gradients of
+    every weight equal those of the padded batch attended by sdpa, up to half-precision rounding. (fp16 gradients
+    are compared on a GPU, tests/test_gpu.py: on the CPU, fp16 LayerNorm of the unpadded path's zero rows at padding
+    underflows its epsilon and gives NaN there.)"""
+    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+    calls = []
+    monkeypatch.setattr(modeling, "varlen_attn", _varlen_stand_in(calls))
+    monkeypatch.setattr(modeling, "_runs_flash_attention", lambda device: True)
+    ids = random_ids(4, 16, seed=5)
+    mask = torch.ones_like(ids)
+    for row, keep in enumerate((16, 9, 3, 1)):
+        mask[row, keep:] = 0
+    labels = torch.where(mask.bool(), ids, -100)
+    results = {}
+    for unpad in (True, False):
+        torch.manual_seed(0)
+        model = AutoModelForMaskedLM.from_config(tiny_config(unpad_inputs=unpad)).to(dtype).train()
+        output = model(ids, attention_mask=mask, labels=labels)
+        output.loss.backward()
+        results[unpad] = output.logits.float(), {n: p.grad.float() for n, p in model.named_parameters()}
+    assert len(calls) == 2  # the unpadded model's two layers, and only those
+    (logits, grads), (padded_logits, padded_grads) = results[True], results[False]
+    real = mask.bool()
+    torch.testing.assert_close(logits[real], padded_logits[real], atol=3e-2, rtol=3e-2)
+    if dtype == torch.bfloat16:
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, padded_grads[name], atol=3e-2, rtol=5e-2, msg=name)
 
 
 def test_custom_attention_function_registered_with_transformers_is_used():

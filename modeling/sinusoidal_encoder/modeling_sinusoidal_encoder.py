@@ -44,6 +44,11 @@ try:  # transformers >= 4.58
 except ImportError:  # transformers 4.57 and older: `_bidirectional_mask` builds the same masks itself
     create_bidirectional_mask = None
 
+try:  # torch >= 2.10: a variable-length flash attention kernel (CUDA) that takes packed sequences as they are
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:
+    varlen_attn = None
+
 logger = logging.get_logger(__name__)
 
 # In-place kernels of the activations whose `ACT2FN` module calls exactly that kernel out of place (the others, such
@@ -250,7 +255,8 @@ class SinusoidalEncoderSelfAttention(nn.Module):
 
     def _packed_attention(self, qkv: torch.Tensor, attention_interface: Callable, **kwargs) -> torch.Tensor:
         """Attention within each sequence of packed tokens `(1, N, 3d)`. Flash attention's variable-length kernel
-        takes them as they are; on the CPU, sdpa and eager attention run one unmasked call per sequence (no work on
+        takes them as they are, and so does torch's own (`varlen_attn`) for sdpa on a CUDA GPU in fp16 or bf16
+        without attention dropout; on the CPU, sdpa and eager attention run one unmasked call per sequence (no work on
         padding, which a batch of mixed lengths is mostly made of); elsewhere the sequences are laid out as a padded
         batch `(B, max_length)` with its mask. Returns `(1, N, d)`."""
         cu_seq_lens = kwargs.pop("cu_seq_lens_q")
@@ -263,6 +269,9 @@ class SinusoidalEncoderSelfAttention(nn.Module):
             lengths = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens}
             lengths.update(max_length_q=max_length, max_length_k=max_length)
             return self._attend(qkv, None, attention_interface, **lengths, **kwargs)[0]  # (1, N, d)
+        dropout = self.attention_dropout if self.training else 0.0
+        if _uses_varlen_kernel(self.config._attn_implementation, qkv, self.head_dim, dropout):
+            return self._varlen_attention(qkv, cu_seq_lens, max_length)  # (1, N, d)
         if _attends_per_sequence(qkv.device):
             outputs = [
                 self._attend(qkv[:, start:end], None, attention_interface, **kwargs)[0]  # (1, L, d)
@@ -273,6 +282,36 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         padded, keep = _packed_to_padded(qkv[0], cu_seq_lens, max_length)  # (B, L, 3d), (B, L)
         mask = _bidirectional_mask(self.config, keep, padded)
         return self._attend(padded, mask, attention_interface, **kwargs)[0][keep].unsqueeze(0)  # (1, N, d)
+
+    def _varlen_attention(self, qkv: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int) -> torch.Tensor:
+        """Packed tokens `(1, N, 3d)` attended within the sequences that `cu_seq_lens` `(B+1,)` delimits by torch's
+        variable-length kernel, scaled by 1/√hs (its default). Returns `(1, N, d)`."""
+        tokens = qkv.shape[1]
+        qkv = qkv.view(tokens, 3, self.num_heads, self.head_dim)  # (N, 3, nh, hs)
+        query, key, value = qkv.unbind(1)  # 3 × (N, nh, hs)
+        output = varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length)  # (N, nh, hs)
+        return output.reshape(1, tokens, self.num_heads * self.head_dim)  # (1, N, d)
+
+
+def _uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
+    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn`, a
+    CUDA GPU that runs flash attention (compute capability 8.0 or newer), fp16 or bf16, a head size the kernel
+    takes, and no attention dropout (the kernel has none). Otherwise the packed path lays the sequences out as a
+    padded batch for sdpa, as before."""
+    return (
+        attn_implementation == "sdpa"
+        and varlen_attn is not None
+        and qkv.dtype in (torch.float16, torch.bfloat16)
+        and head_dim % 8 == 0
+        and head_dim <= 256
+        and dropout == 0.0
+        and _runs_flash_attention(qkv.device)
+    )
+
+
+def _runs_flash_attention(device: torch.device) -> bool:
+    """A CUDA device of compute capability 8.0 (Ampere) or newer: where torch's flash attention kernels run."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor) -> bool:

@@ -1,0 +1,220 @@
+"""The GPU command (`scripts/test_gpu.sh`, its work in scripts/gpu_check.py) on a machine without a GPU: its setup
+in a "bare" environment like the GPU machines' (torch, transformers, accelerate and compiled packages; the
+pure-Python rest from a wheel folder, no registry), the one line it ends with when no GPU is visible, and its
+reports from pytest's results."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+SCRIPT = REPO / "scripts" / "test_gpu.sh"
+spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+gpu_check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_check)
+
+
+def command(*args: str, python: str | None = None, cwd: Path = REPO, **environment) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHON", "PYTHONPATH")}
+    env.update(environment)
+    if python:
+        env["PYTHON"] = python
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the bare environment
+
+
+def bare_environment(folder: Path) -> Path:
+    """A venv that sees, of this one's distributions, torch, transformers and accelerate with what they need, and the
+    compiled packages the tests' requirements reach (as a GPU machine has them), through symbolic links; returns its
+    Python. The pure-Python rest (datasets, dill, multiprocess, pytest, ...) is missing, as on the GPU machines."""
+    venv.EnvBuilder(with_pip=True).create(folder)
+    python = folder / "bin" / "python"
+    needed, _ = gpu_check.requirement_closure()
+    base, _ = gpu_check.requirement_closure(("torch", "transformers", "accelerate"))
+    visible = set(base) | {name for name in needed if not gpu_check._is_pure_python(name)}
+    links = folder / "visible"
+    links.mkdir()
+    for name in visible:
+        distribution = gpu_check.importlib.metadata.distribution(name)
+        for top in {Path(str(path)).parts[0] for path in distribution.files or []}:
+            target = Path(distribution.locate_file(top))
+            if top != ".." and target.exists() and not (links / top).exists():
+                (links / top).symlink_to(target)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "visible.pth").write_text(str(links) + "\n")
+    return python
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    """The wheel folder, filled by the documented command (it downloads from the registry: a step done beforehand,
+    where one is reachable)."""
+    folder = tmp_path_factory.mktemp("wheels")
+    proc = command("--fill_wheels", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    size = sum(path.stat().st_size for path in folder.glob("*.whl"))
+    assert size < 32 * 2**20, size  # well under the 64 MiB a GPU machine's call carries, the tree included
+    assert all(path.name.endswith("-none-any.whl") for path in folder.glob("*.whl"))  # pure Python only
+    return folder
+
+
+@pytest.mark.slow
+def test_the_gpu_command_sets_up_a_bare_environment_from_wheels_and_stops_without_a_gpu(tmp_path, wheels):
+    python = bare_environment(tmp_path / "bare")
+    missing = subprocess.run([str(python), "-c", "import datasets"], capture_output=True, text=True)
+    assert missing.returncode != 0  # as on the GPU machines
+    offline = dict(PIP_NO_INDEX="1", PIP_INDEX_URL="http://127.0.0.1:9/simple", HTTP_PROXY="http://127.0.0.1:9")
+    offline.update(HTTPS_PROXY="http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    # without the wheel folder: one line naming what is missing and how to get it
+    proc = command(str(tmp_path / "results"), python=str(python), **offline)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("test_gpu.sh: error: missing from this Python: ") and "datasets" in lines[0]
+    assert "--fill_wheels" in lines[0]
+    # with it: the missing distributions installed from the folder, the checkout on the path, then the one line
+    proc = command(str(tmp_path / "results"), "--wheels", str(wheels), python=str(python), **offline)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    installed = next(line for line in proc.stdout.splitlines() if line.startswith("installed from"))
+    for name in ("datasets-", "dill-", "multiprocess-", "pytest-"):
+        assert name in installed, installed
+    assert "modeling/ and training/ go on the path" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("test_gpu.sh: no CUDA GPU is visible to torch"), proc.stderr
+    assert str(python) in lines[0] and "CPU-only build" in lines[0]
+    assert not (tmp_path / "results").exists()  # nothing written before a GPU is found
+    # the folder without one of them: one line naming it
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for wheel in wheels.glob("*.whl"):
+        if not wheel.name.startswith("dill-"):
+            (partial / wheel.name).symlink_to(wheel)
+    proc = command(str(tmp_path / "results"), "--wheels", str(partial), python=str(python), **offline)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"without a wheel for it in {partial}: dill (fill one" in lines[0]
+
+
+def test_the_gpu_command_picks_a_python_with_torch_and_says_when_none_has_a_gpu(tmp_path):
+    """In this checkout: .venv's Python (CPU torch, everything installed) is the one with torch; no GPU: one line."""
+    proc = command(str(tmp_path / "results"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0].startswith("test_gpu.sh: no CUDA GPU is visible to torch")
+    assert "installed from" not in proc.stdout  # nothing was missing
+    proc = command(str(tmp_path / "results"), python=str(tmp_path / "no-such-python"))
+    assert proc.returncode == 2 and proc.stderr.startswith("test_gpu.sh: error: no Python with torch found")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give the folder for the results"),
+        (["{file}"], "is a file; give a folder for the results"),
+        (["out", "--benchmark_budget", "0"], "--benchmark_budget must be at least 1 second"),
+        (["out", "--wheels", "{missing}"], "no such folder"),
+    ],
+)
+def test_bad_arguments_get_one_line(tmp_path, args, message):
+    (tmp_path / "file").write_text("")
+    args = [arg.format(file=tmp_path / "file", missing=tmp_path / "missing") for arg in args]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check.py"), *args], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the reports
+
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
+<testcase classname="tests.test_gpu" name="test_sdpa_on_cuda_equals_the_cpu" time="0.5"/>
+<testcase classname="tests.test_gpu" name="test_ddp_with_the_multi_gpu_config" time="0.0">
+<skipped type="pytest.skip" message="needs 2 CUDA GPUs, found 1">skip</skipped></testcase>
+<testcase classname="tests.test_gpu" name="test_fsdp_trains" time="0.0">
+<skipped type="pytest.skip" message="needs 2 CUDA GPUs, found 1">skip</skipped></testcase>
+<testcase classname="tests.test_gpu" name="test_flash_attention_varlen_equals_sdpa[dtype0]" time="0.0">
+<skipped type="pytest.skip" message="could not import 'flash_attn': flash-attn is not installed">s</skipped></testcase>
+<testcase classname="tests.test_gpu" name="test_bf16_training" time="3.0"><failure message="boom">x</failure>
+</testcase></testsuite></testsuites>"""
+
+
+def test_the_outcomes_and_the_skipped_line_come_from_pytests_junit_report(tmp_path):
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    outcomes = gpu_check.test_outcomes(tmp_path / "junit.xml")
+    assert (outcomes["passed"], outcomes["failed"], outcomes["skipped"]) == (1, 1, 3)
+    assert outcomes["failures"] == ["test_bf16_training"]
+    line = gpu_check.skipped_line(outcomes["skips"])
+    assert line == (
+        "Skipped: test_ddp_with_the_multi_gpu_config, test_fsdp_trains (needs 2 CUDA GPUs, found 1); "
+        "test_flash_attention_varlen_equals_sdpa[dtype0] (could not import 'flash_attn': flash-attn is not installed)."
+    )
+    assert gpu_check.skipped_line([]) == "Skipped: nothing."
+    assert gpu_check.test_outcomes(tmp_path / "absent.xml")["passed"] == 0
+
+
+def test_the_summary_names_the_device_versions_tests_and_benchmark():
+    summary = {
+        "command": "bash scripts/test_gpu.sh out",
+        "date": "2026-11-26",
+        "commit": "abc1234",
+        "device": {
+            "name": "NVIDIA H100 80GB HBM3",
+            "count": 1,
+            "memory_gib": 79.2,
+            "capability": "9.0",
+            "torch": "2.11.0+cu130",
+            "cuda": "13.0",
+            "transformers": "5.17.0",
+            "python": "3.12.3",
+        },
+        "installed": ["datasets-5.2.0-py3-none-any.whl"],
+        "tests": {"passed": 9, "failed": 0, "errors": 0, "skipped": 2, "failures": [], "skips": []},
+        "tests_seconds": 95.2,
+        "skipped_line": "Skipped: nothing.",
+        "benchmark_seconds": 170.0,
+        "benchmark": None,
+    }
+    text = gpu_check.summary_markdown(summary)
+    assert "NVIDIA H100 80GB HBM3" in text and "torch 2.11.0+cu130 (CUDA 13.0)" in text
+    assert "9 passed, 0 failed, 0 errors, 2 skipped (95 s)" in text and gpu_check.NO_BENCHMARK in text
+    assert "datasets-5.2.0-py3-none-any.whl" in text
+
+
+def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
+    import zipfile
+
+    def wheel(version: str, requires: str) -> None:
+        path = tmp_path / f"examplepkg-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(
+                f"examplepkg-{version}.dist-info/METADATA",
+                f"Metadata-Version: 2.1\nName: examplepkg\nVersion: {version}\nRequires-Dist: {requires}\n",
+            )
+
+    import torch
+
+    wheel("2.0", "torch>=999")  # newer, but asks for a torch this machine lacks
+    wheel("1.0", f"torch>={torch.__version__.split('+')[0]}")
+    chosen, absent, warnings = gpu_check.wheels_for({"examplepkg", "otherpkg"}, tmp_path)
+    assert [path.name for path in chosen] == ["examplepkg-1.0-py3-none-any.whl"]
+    assert absent == {"otherpkg"} and warnings == []
+    (tmp_path / "examplepkg-1.0-py3-none-any.whl").unlink()
+    chosen, _, warnings = gpu_check.wheels_for({"examplepkg"}, tmp_path)
+    assert [path.name for path in chosen] == ["examplepkg-2.0-py3-none-any.whl"]
+    assert warnings == [f"examplepkg-2.0-py3-none-any.whl asks for torch>=999 ({torch.__version__} installed)"]
