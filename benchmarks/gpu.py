@@ -4,16 +4,16 @@
     python -m benchmarks.gpu --output /tmp/gpu --sizes base --paths train --modes eager --repeats 50   # one cell
     python -m benchmarks.gpu --output /tmp/gpu --device cpu --sizes tiny --modes eager   # the same code on a CPU
 
-Three paths at the pretraining script's size presets (`base` and `small` by default): a masked-LM training step
-(64 × 128 tokens, 15% masked; the forward under `torch.autocast` in bf16 with fp32 master weights, as `accelerate
---mixed_precision bf16` trains, the backward, the training scripts' AdamW), dense inference (128 × 128, no mask) and
-padded inference (128 sequences of 40–256 tokens right-padded to 256, about 44% padding), both with bf16 weights
-under `torch.inference_mode()`. Two modes: eager, and `torch.compile(model)` with static shapes (inductor's default
-mode: no CUDA graphs, no autotuning). Eager, ours runs a padded batch on its real tokens only (`unpad_inputs`); a
-compiled graph takes the padded layout (its shapes cannot depend on the data). Ours is the main job's model (pre-LN,
-no dropout, ReLU, the shipped tokenizer's vocabulary; sparse prediction in training, as the pretraining script
-trains); BERT is `BertForMaskedLM` (training) or `BertModel` without the pooler (inference) with sdpa attention and
-the same dimensions, vocabulary and activation (both built by benchmarks/utilization.py).
+Three paths at the pretraining script's size presets (`base` and `small` by default): a masked-LM training step (256 ×
+128 tokens, BERT's pretraining batch at that length, 15% masked; the forward under `torch.autocast` in bf16 with fp32
+master weights, as `accelerate --mixed_precision bf16` trains, the backward, the training scripts' AdamW), dense
+inference (128 × 128, no mask) and padded inference (128 sequences of 40–256 tokens right-padded to 256, about 44%
+padding), both with bf16 weights under `torch.inference_mode()`. Two modes: eager, and `torch.compile(model)` with
+static shapes (inductor's default mode: no CUDA graphs, no autotuning). Eager, ours runs a padded batch on its real
+tokens only (`unpad_inputs`); a compiled graph takes the padded layout (its shapes cannot depend on the data). Ours is
+the main job's model (pre-LN, no dropout, ReLU, the shipped tokenizer's vocabulary; sparse prediction in training, as
+the pretraining script trains); BERT is `BertForMaskedLM` (training) or `BertModel` without the pooler (inference) with
+sdpa attention and the same dimensions, vocabulary and activation (both built by benchmarks/utilization.py).
 
 The measures are benchmarks/utilization.py's: tokens/s (a padded batch counts its real tokens), the ratio of the two
 models' speeds (BERT's seconds over ours), and useful-work model-FLOPs utilisation (MFU): the least FLOPs of the job
@@ -69,7 +69,7 @@ PATHS = ("train", "padded", "dense")  # in the order they run: the paths with ta
 MODES = ("eager", "compiled")
 MODELS = ("ours", "bert")
 LABELS = {"ours": "ours", "bert": "BERT"}
-TRAIN_BATCH, TRAIN_LENGTH = 64, 128
+TRAIN_BATCH, TRAIN_LENGTH = 256, 128  # BERT's pretraining batch at 128 tokens: one that fills a GPU
 INFERENCE_BATCH = 128  # dense: 128 × 128; padded: 128 × 40–256 → 256
 PATH_NAMES = {"train": "training step", "dense": "dense inference", "padded": "padded inference"}
 WARMUP = 3  # untimed calls of each model before the timed ones; the first one compiles
@@ -104,11 +104,11 @@ class Stopped(BaseException):
 
 
 def inputs(path: str, vocab_size: int) -> dict[str, torch.Tensor]:
-    """The model inputs of a path, on the CPU (benchmarks/batches.py at GPU sizes): the training batch (64 × 128 ids,
+    """The model inputs of a path, on the CPU (benchmarks/batches.py at GPU sizes): the training batch (256 × 128 ids,
     15% of them masked, and the labels), dense 128 × 128 ids alone (no mask: the dense path), or padded 128 ×
     40–256 → 256 ids with the attention mask."""
     if path == "train":
-        ids, labels = mlm_batch(vocab_size, batch=TRAIN_BATCH, length=TRAIN_LENGTH)  # (64, 128) each
+        ids, labels = mlm_batch(vocab_size, batch=TRAIN_BATCH, length=TRAIN_LENGTH)  # (256, 128) each
         return {"input_ids": ids, "labels": labels}
     ids, mask = INFERENCE_BATCHES[path](vocab_size, batch=INFERENCE_BATCH)  # (128, 128) or (128, 256) each
     return {"input_ids": ids} if path == "dense" else {"input_ids": ids, "attention_mask": mask}

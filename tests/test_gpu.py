@@ -173,7 +173,7 @@ def test_single_gpu_bf16_training_is_killed_resumes_exactly_and_reloads_in_bf16(
     checkpoint, `--resume_from_checkpoint latest`; the run ends with the uninterrupted run's losses and weights (up to
     the GPU's nondeterministic kernels), and the saved folder reloads in bf16 on the GPU with the fp32 model's
     predictions within bf16 rounding."""
-    common = ("--max_train_steps", "12", "--checkpointing_steps", "4", "--eval_steps", "6")
+    common = ("--max_train_steps", "40", "--checkpointing_steps", "4", "--eval_steps", "20")
     launcher = launch(CONFIGS / "single_gpu_bf16.yaml")
     whole = tmp_path / "whole"
     run(pretrain_cmd(corpus, whole, *common, launcher=launcher))
@@ -200,7 +200,7 @@ def test_single_gpu_bf16_training_is_killed_resumes_exactly_and_reloads_in_bf16(
     assert "Resuming from" in resumed.stdout and "mixed precision = bf16" in resumed.stdout
     losses = [m["train_loss"] for m in metrics(killed) if "train_loss" in m]
     expected = [m["train_loss"] for m in metrics(whole) if "train_loss" in m]
-    assert [m["step"] for m in metrics(killed) if "train_loss" in m] == list(range(1, 13))
+    assert [m["step"] for m in metrics(killed) if "train_loss" in m] == list(range(1, 41))
     assert losses == pytest.approx(expected, rel=1e-3)
     a, b = weights(whole), weights(killed)
     assert a.keys() == b.keys()

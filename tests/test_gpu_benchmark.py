@@ -45,7 +45,7 @@ def run(tmp_path, *argv: str) -> tuple[dict, dict]:
 
 def test_the_gpu_batches():
     train = gpu.inputs("train", SHAPE.vocab_size)
-    assert train["input_ids"].shape == train["labels"].shape == (64, 128)
+    assert train["input_ids"].shape == train["labels"].shape == (256, 128)
     masked = (train["labels"] != -100).float().mean().item()
     assert 0.12 < masked < 0.18
     dense = gpu.inputs("dense", SHAPE.vocab_size)
@@ -85,7 +85,7 @@ def test_training_flops_are_three_forwards_with_the_head_at_masked_tokens():
     model.config._attn_implementation = "eager"
     inputs = gpu.inputs("train", SHAPE.vocab_size)
     flops = counted_flops(lambda: model(**inputs).loss.backward())
-    assert (flops, 64 * 128) == gpu.job("train", SHAPE)
+    assert (flops, gpu.TRAIN_BATCH * gpu.TRAIN_LENGTH) == gpu.job("train", SHAPE)
 
 
 def cell(size, path, mode, ratio=None, mfu=None, **fields):

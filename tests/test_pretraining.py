@@ -113,6 +113,28 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
     assert evaluation["eval_masked_tokens"] == count
 
 
+@pytest.mark.parametrize("task_name", ["masked-lm", "token_classification", "single_label_classification"])
+def test_the_counts_of_a_batch_stay_on_its_device(task_name):
+    """The loss units and the tokens of a batch are scalars on the batch's device (the training loop stacks them
+    there): a batch on the meta device stands in for one on a GPU, where a CPU count stopped the first step."""
+    from sinusoidal_encoder_training.finetuning import ClassificationTask
+    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+
+    if task_name == "masked-lm":
+        task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
+    else:
+        task = ClassificationTask(0, task_name, None, torch.Generator())
+    labels = (4, 16) if task_name != "single_label_classification" else (4,)
+    for batch in (
+        {"input_ids": torch.ones(4, 16, dtype=torch.long), "labels": torch.ones(labels, dtype=torch.long)},
+        {"input_ids": torch.ones(4, 16, dtype=torch.long), "attention_mask": torch.ones(4, 16, dtype=torch.long)},
+    ):
+        batch = {name: tensor.to("meta") for name, tensor in batch.items()}
+        if "labels" in batch:
+            assert task.loss_units(batch).device.type == "meta"
+        assert task.tokens(batch).device.type == "meta"
+
+
 def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
     """Two processes, 4 examples each in the last batch, 5 real ones in all (`remainder`): process 0 keeps its four,
     process 1 its first; every other batch, and a loader accelerate did not prepare, keep all their labels."""

@@ -330,7 +330,7 @@ class ClassificationTask(TrainingTask):
         single-label classification and one-output regression, one per label for multi-label)."""
         if self.problem == "token_classification":
             return (batch["labels"] != -100).sum()
-        return torch.tensor(batch["labels"].numel())
+        return torch.tensor(batch["labels"].numel(), device=batch["labels"].device)
 
     def forward(self, model, batch):
         inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}

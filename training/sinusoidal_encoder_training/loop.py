@@ -155,7 +155,8 @@ class TrainingTask:
         raise NotImplementedError
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss units of a batch, known before the forward pass (the loss is normalised by their global sum)."""
+        """The loss units of a batch, known before the forward pass (the loss is normalised by their global sum): a
+        scalar on the batch's device."""
         raise NotImplementedError
 
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
@@ -172,9 +173,10 @@ class TrainingTask:
         return None
 
     def tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Real tokens in a batch, for tokens/s and tokens seen."""
+        """Real tokens in a batch, for tokens/s and tokens seen: a scalar on the batch's device."""
         mask = batch.get("attention_mask")
-        return mask.sum() if mask is not None else torch.tensor(batch["input_ids"].numel())
+        ids = batch["input_ids"]
+        return mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
 
 
 def train(
@@ -278,8 +280,11 @@ def train(
                     break
                 task.begin_step(progress.completed_steps)
                 local = torch.stack(
-                    [sum(task.loss_units(b) for b in window).double(), sum(task.tokens(b) for b in window).double()]
-                ).to(device)
+                    [
+                        sum(task.loss_units(b) for b in window).to(device, torch.float64),
+                        sum(task.tokens(b) for b in window).to(device, torch.float64),
+                    ]
+                )
                 units, tokens = accelerator.reduce(local, reduction="sum").tolist()
                 # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
                 scale = world * config.gradient_accumulation_steps / max(units, 1.0)
