@@ -529,6 +529,55 @@ def utilization_table() -> str:
     return table(header, rows) + "\n\n" + note
 
 
+GPU_SUMMARY = "benchmarks/gpu-summary.json"  # `bash scripts/test_gpu.sh`: the device, the tests
+GPU_BENCHMARK = "benchmarks/gpu-benchmark.json"  # and its benchmark (benchmarks/gpu.py)
+
+
+def gpu_table() -> str:
+    """The GPU command's run: the single-GPU tests' outcome and every benchmark cell (ours against BERT, tokens/s,
+    ratio, MFU against the bf16 GEMM peak measured in the run), with the targets met or missed, from its records."""
+    from benchmarks.gpu import PATH_NAMES, cell_name, format_verdict
+
+    summary = json.loads((REPO / GPU_SUMMARY).read_text())
+    record = json.loads((REPO / GPU_BENCHMARK).read_text())
+    rows = []
+    for cell in record["cells"]:
+        if cell["status"] != "done":
+            continue
+        ours, bert = cell["ours"], cell["bert"]
+        ratio = f"**{cell['ratio']:.2f}×**" if cell["ratio"] < 1 else f"{cell['ratio']:.2f}×"
+        rows.append(
+            [
+                cell["size"],
+                PATH_NAMES[cell["path"]],
+                cell["mode"],
+                f"{ours['tokens_per_second']:,.0f}",
+                f"{bert['tokens_per_second']:,.0f}",
+                ratio,
+                f"{ours['mfu']:.2f}",
+                f"{bert['mfu']:.2f}",
+            ]
+        )
+    header = ["size", "path", "mode", "tokens/s ours", "tokens/s BERT", "ours / BERT", "MFU ours", "MFU BERT"]
+    device, tests = summary["device"], summary["tests"]
+    skipped = [cell for cell in record["cells"] if cell["status"] != "done"]
+    batches = record["batches"]
+    note = (
+        f"Source: {link(GPU_SUMMARY)} and {link(GPU_BENCHMARK)} (`{summary['command']}`, commit {summary['commit']}, "
+        f"{summary['date']}): {device['name']} ({device['memory_gib']} GiB), torch {device['torch']}, transformers "
+        f"{device['transformers']}; installed from the wheel folder: {', '.join(summary['installed']) or 'nothing'}. "
+        f"Single-GPU tests: {tests['passed']} passed, {tests['failed']} failed, {tests['skipped']} skipped "
+        f"({summary['tests_seconds']:.0f} s); the benchmark {summary['benchmark_seconds']:.0f} s. "
+        f"{summary['skipped_line']} Batches: training {batches['train']}, padded inference {batches['padded']}, "
+        f"dense inference {batches['dense']}; bf16 GEMM peak measured in the run "
+        f"{record['gemm_peak_flops'] / 1e12:,.0f} TFLOP/s; medians of {record['repeats']} alternate repetitions. "
+        f"Not run ({', '.join(sorted({cell['status'] for cell in skipped})) or '-'}): "
+        f"{', '.join(cell_name(cell) for cell in skipped) or 'none'}. Ratios below 1 in bold.\n\nThe targets (issue 40, the eager cells at base):\n\n"
+        + "\n".join(format_verdict(entry) for entry in record["targets"])
+    )
+    return table(header, rows) + "\n\n" + note
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -547,6 +596,7 @@ TABLES = (
     Table("finetune-gap", "docs/finetuning.md", finetune_gap_table),
     Table("sentence-embeddings", "docs/deployment.md", sentence_embeddings_table),
     Table("deployment", "docs/deployment.md", deployment_table),
+    Table("gpu", "docs/pretraining.md", gpu_table),
 )
 
 
