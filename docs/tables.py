@@ -572,7 +572,8 @@ def gpu_table() -> str:
         f"dense inference {batches['dense']}; bf16 GEMM peak measured in the run "
         f"{record['gemm_peak_flops'] / 1e12:,.0f} TFLOP/s; medians of {record['repeats']} alternate repetitions. "
         f"Not run ({', '.join(sorted({cell['status'] for cell in skipped})) or '-'}): "
-        f"{', '.join(cell_name(cell) for cell in skipped) or 'none'}. Ratios below 1 in bold.\n\nThe targets (issue 40, the eager cells at base):\n\n"
+        f"{', '.join(cell_name(cell) for cell in skipped) or 'none'}. Ratios below 1 in bold."
+        "\n\nThe targets (issue 40, the eager cells at base):\n\n"
         + "\n".join(format_verdict(entry) for entry in record["targets"])
     )
     return table(header, rows) + "\n\n" + note
