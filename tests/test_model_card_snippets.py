@@ -1,6 +1,7 @@
 """The exported model card's code runs as written: the package-installed block with the package, the
-`trust_remote_code` block without it, the pipeline example both ways; and after `publish.py` it names the Hub id.
-(README's and the documentation's blocks: tests/test_docs.py.)"""
+`trust_remote_code` block without it, the pipeline example both ways; it names the folder by its name, never by a
+path of the machine; and after `publish.py` it names the Hub id. (README's and the documentation's blocks:
+tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest, tiny_c
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import hub
-from sinusoidal_encoder_training.model_card import render_model_card
+from sinusoidal_encoder_training.model_card import local_folder_note, render_model_card, use_hub_id
 
 WITHOUT_PACKAGE = 'import sys\nsys.modules["sinusoidal_encoder"] = None  # not installed here\n'
 
@@ -45,11 +46,9 @@ def test_card_snippets_run_as_written(tmp_path, tokenizer, pipeline_tag):
     card = (folder / "README.md").read_text()
     with_package, without_package, example = python_blocks(card)
     assert "import sinusoidal_encoder" in with_package and "trust_remote_code=True" in without_package
-    assert f'"{folder}"' in example and "trust_remote_code=True" in example  # the folder as it lies: runnable here
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    assert '"exported"' in example and "trust_remote_code=True" in example  # the folder by its name
     for blocks, prefix in (([with_package, example], ""), ([without_package, example], WITHOUT_PACKAGE)):
-        proc = run_blocks(blocks, elsewhere, prefix)
+        proc = run_blocks(blocks, folder.parent, prefix)  # from the folder that holds it, as the card says
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr
         assert "score" in proc.stdout  # the pipeline printed its predictions
@@ -68,6 +67,36 @@ def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer, monkeypatch):
     assert "name: me/tiny-encoder" in card  # the model-index
     assert textwrap.dedent(card).startswith("---")
     assert folder_digest(folder) == before  # the local card still loads the local folder
+
+
+def test_a_card_names_no_path_of_the_machine(tmp_path, tokenizer):
+    folder = exported_folder(tmp_path, tokenizer, "fill-mask")  # tmp_path/exported, without a Hub id
+    card = (folder / "README.md").read_text()
+    assert [part for part in tmp_path.parts if part in card and part != tmp_path.anchor] == []
+    assert "name: exported\n" in card and "\n# exported\n" in card  # the model-index and the title
+    assert all('"exported"' in block for block in python_blocks(card)) and local_folder_note("exported") in card
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(vocab_size=len(tokenizer)))
+    named = render_model_card(
+        model,
+        str(folder),
+        pipeline_tag="fill-mask",
+        training_data="x",
+        training_procedure="y",
+        metrics={},
+        model_id="me/tiny",
+    )
+    assert "exported" not in named and str(tmp_path) not in named and "local folder" not in named
+    assert "name: me/tiny\n" in named and named.count('from_pretrained("me/tiny"') == 4
+
+
+def test_publish_renames_a_card_that_names_the_folder_by_its_path(tmp_path, tokenizer):
+    """A card written before cards named the folder by its name: its absolute path in the model-index and code."""
+    folder = exported_folder(tmp_path, tokenizer, "fill-mask")
+    card = (folder / "README.md").read_text().replace(f"\n\n{local_folder_note('exported')}", "")
+    old = card.replace('"exported"', f'"{folder}"').replace("name: exported\n", f"name: {folder}\n")
+    published = use_hub_id(old, "me/tiny")
+    assert str(folder) not in published and "exported" not in published
+    assert published.count('"me/tiny"') == 5 and "name: me/tiny\n" in published and "\n# me/tiny\n" in published
 
 
 def test_extra_sections_follow_the_evaluation(tmp_path, tokenizer):

@@ -1,12 +1,15 @@
 """ONNX export of the base and masked-LM models (training/export_onnx.py): dynamic batch and sequence axes, and
-onnxruntime equal to PyTorch within 1e-4, including past `max_position_embeddings`."""
+onnxruntime equal to PyTorch within 1e-4, including past `max_position_embeddings`. The command exports a folder's
+own head, refuses a head the folder does not have, and never replaces an earlier export unless told."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, env, tiny_config
 
 pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
@@ -53,3 +56,192 @@ def test_check_reports_a_wrong_graph(tmp_path):
     other = se.SinusoidalEncoderModel(tiny_config()).eval()  # other weights
     with pytest.raises(ValueError, match="onnxruntime differs"):
         onnx_export.check_onnx(other, path, "last_hidden_state")
+
+
+def save_head(folder, model_class, **config_overrides):
+    """A tiny randomly initialised `model_class` saved to `folder` (as training leaves one): its path, as text."""
+    model_class(tiny_config(num_labels=3, **config_overrides)).save_pretrained(folder)
+    return str(folder)
+
+
+def export_command(argv, monkeypatch, capsys):
+    """`training/export_onnx.py ARGV` in-process, behind the command-line front: (exit status, stdout, stderr)."""
+    from sinusoidal_encoder_training.command_line import command
+
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["export_onnx.py", *map(str, argv)])
+    capsys.readouterr()  # what saving the folder printed
+    try:
+        command(onnx_export.main)()
+        status = 0
+    except SystemExit as stopped:
+        status = stopped.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_refusal(status, err, *expected):
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("export_onnx.py: error: ") and all(text in err for text in expected), err
+
+
+@pytest.fixture
+def exports(monkeypatch):
+    """Stands in for the export and its check (seconds each): records (model class, output name, path) of each
+    export, the folder of the path existing when it is written."""
+    made = []
+
+    def fake_export(model, path, output_name, opset=18):
+        assert os.path.isdir(os.path.dirname(os.path.abspath(path))), path
+        made.append((type(model).__name__, output_name, path))
+        return path
+
+    monkeypatch.setattr(onnx_export, "export_onnx", fake_export)
+    monkeypatch.setattr(onnx_export, "check_onnx", lambda *args, **kwargs: 0.0)
+    return made
+
+
+@pytest.mark.parametrize(
+    ("model_class", "argv", "exported"),
+    [
+        (se.SinusoidalEncoderForMaskedLM, [], ("SinusoidalEncoderForMaskedLM", "logits")),
+        (se.SinusoidalEncoderForSequenceClassification, [], ("SinusoidalEncoderForSequenceClassification", "logits")),
+        (se.SinusoidalEncoderForTokenClassification, [], ("SinusoidalEncoderForTokenClassification", "logits")),
+        (se.SinusoidalEncoderModel, [], ("SinusoidalEncoderModel", "last_hidden_state")),
+        # the encoder is trained in every folder: feature-extraction from a classifier is fine
+        (
+            se.SinusoidalEncoderForSequenceClassification,
+            ["--task", "feature-extraction"],
+            ("SinusoidalEncoderModel", "last_hidden_state"),
+        ),
+    ],
+    ids=["masked-lm", "sequence-classifier", "token-classifier", "encoder", "classifier-feature-extraction"],
+)
+def test_export_takes_the_folders_own_head_by_default(
+    tmp_path, monkeypatch, capsys, exports, model_class, argv, exported
+):
+    """ "The right head or none": without --task, a classifier folder was exported with a masked-LM head
+    initialised at random, and its check passed. Now the folder's own head (config.json's `architectures`)."""
+    folder = save_head(tmp_path / "model", model_class)
+    status, out, err = export_command([folder, *argv], monkeypatch, capsys)
+    assert status == 0, err
+    assert exports == [(*exported, os.path.join(folder, "model.onnx"))]
+    assert f"exporting {exported[0]} " in out
+    assert "LOAD REPORT" not in err and "MISSING" not in err
+
+
+@pytest.mark.parametrize(
+    ("model_class", "argv", "expected"),
+    [
+        (
+            se.SinusoidalEncoderForSequenceClassification,
+            ["--task", "fill-mask"],
+            [
+                "is a SinusoidalEncoderForSequenceClassification, without a trained masked-LM head",
+                "--task text-classification (the default)",
+            ],
+        ),
+        (
+            se.SinusoidalEncoderForSequenceClassification,
+            ["--task", "token-classification"],
+            ["without a trained token-classification head", "--task feature-extraction"],
+        ),
+        (
+            se.SinusoidalEncoderModel,
+            ["--task", "text-classification"],
+            ["is a SinusoidalEncoderModel, without a trained sequence-classification head"],
+        ),
+        (
+            se.SinusoidalEncoderForQuestionAnswering,
+            [],
+            ["is a SinusoidalEncoderForQuestionAnswering, a head export_onnx does not export", "feature-extraction"],
+        ),
+    ],
+    ids=["classifier-fill-mask", "classifier-token-classification", "encoder-text-classification", "qa-default"],
+)
+def test_export_refuses_a_head_the_folder_does_not_have(
+    tmp_path, monkeypatch, capsys, exports, model_class, argv, expected
+):
+    folder = save_head(tmp_path / "model", model_class)
+    status, out, err = export_command([folder, *argv], monkeypatch, capsys)
+    assert_one_line_refusal(status, err, *expected)
+    assert exports == [] and out == "" and not (tmp_path / "model" / "model.onnx").exists()
+
+
+def test_export_refuses_a_head_transformers_would_initialise(tmp_path, monkeypatch, capsys, exports):
+    """config.json names a masked-LM, the weights are a classifier's: what transformers reports as newly
+    initialised is refused, not exported."""
+    import json
+
+    folder = save_head(tmp_path / "model", se.SinusoidalEncoderForSequenceClassification)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    config["architectures"] = ["SinusoidalEncoderForMaskedLM"]
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    status, _, err = export_command([folder], monkeypatch, capsys)
+    assert_one_line_refusal(status, err, "initialise at random (lm_head.", "--task feature-extraction")
+    assert exports == []
+
+
+def test_export_refuses_to_replace_an_export_without_overwrite(tmp_path, monkeypatch, capsys, exports):
+    """ "An output is the user's": an existing .onnx (or the .onnx.data of its weights), at --output, in a folder
+    given as --output, or at the default MODEL/model.onnx, is refused in one line before the export, unless
+    --overwrite."""
+    folder = save_head(tmp_path / "model", se.SinusoidalEncoderForMaskedLM)
+    (tmp_path / "mine.onnx").write_bytes(b"the user's")
+    (tmp_path / "model" / "model.onnx.data").write_bytes(b"an earlier export's weights")
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "model.onnx").write_bytes(b"an earlier export")
+    cases = [
+        ([folder, "--output", tmp_path / "mine.onnx"], "--output ", "mine.onnx' already exists"),
+        ([folder], "the output ", "model.onnx.data' (the weights of an earlier export) already exists"),
+        ([folder, "--output", tmp_path / "exports"], "--output ", "exports/model.onnx' already exists"),
+    ]
+    for argv, *expected in cases:
+        status, out, err = export_command(argv, monkeypatch, capsys)
+        assert_one_line_refusal(status, err, *expected, "pass --overwrite to replace it")
+        assert out == "" and exports == []
+    assert (tmp_path / "mine.onnx").read_bytes() == b"the user's"
+    status, _, err = export_command([folder, "--output", tmp_path / "mine.onnx", "--overwrite"], monkeypatch, capsys)
+    assert status == 0, err
+    assert exports == [("SinusoidalEncoderForMaskedLM", "logits", str(tmp_path / "mine.onnx"))]
+
+
+def test_export_creates_the_missing_folders_of_output(tmp_path, monkeypatch, capsys, exports):
+    """A missing parent of --output is created (as a training run's --output_dir is), after the model has loaded
+    and before it is written: not a traceback after the export. A parent that is a file is refused up front."""
+    folder = save_head(tmp_path / "model", se.SinusoidalEncoderForSequenceClassification)
+    target = tmp_path / "new" / "deeper" / "classifier.onnx"
+    status, _, err = export_command([folder, "--output", target], monkeypatch, capsys)
+    assert status == 0, err
+    assert exports == [("SinusoidalEncoderForSequenceClassification", "logits", str(target))]
+    (tmp_path / "notes.txt").write_text("a file")
+    status, _, err = export_command([folder, "--output", tmp_path / "notes.txt" / "m.onnx"], monkeypatch, capsys)
+    assert_one_line_refusal(status, err, "notes.txt' is a file, not a folder")
+    assert len(exports) == 1
+
+
+@pytest.mark.parametrize(
+    ("model_class", "output_shape"),
+    [
+        (se.SinusoidalEncoderForSequenceClassification, lambda batch, length: (batch, 3)),
+        (se.SinusoidalEncoderForMaskedLM, lambda batch, length: (batch, length, 99)),
+    ],
+    ids=["text-classification", "fill-mask"],
+)
+@pytest.mark.slow
+def test_export_of_a_folder_without_task_runs_its_own_head(tmp_path, model_class, output_shape):
+    """The command end to end, without --task: a classifier folder gives one row of its labels' logits per text,
+    a masked-LM folder the vocabulary's logits at every token, equal to PyTorch's."""
+    import onnxruntime
+
+    folder = save_head(tmp_path / "model", model_class)
+    command = [sys.executable, str(REPO / "training" / "export_onnx.py"), folder, "--no_check"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    session = onnxruntime.InferenceSession(str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"])
+    ids = torch.randint(1, 99, (2, 11))
+    (logits,) = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": torch.ones_like(ids).numpy()})
+    assert logits.shape == output_shape(2, 11)
+    with torch.no_grad():
+        expected = model_class.from_pretrained(folder).eval()(input_ids=ids).logits
+    torch.testing.assert_close(torch.from_numpy(logits), expected, atol=1e-4, rtol=1e-4)

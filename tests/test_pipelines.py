@@ -169,3 +169,67 @@ def test_question_answering_answers_start_at_words(tmp_path, tokenizer):
         for question, context in QA_EXAMPLES:
             result = answer(question=question, context=context)
             assert result["answer"] == result["answer"].strip() == context[result["start"] : result["end"]]
+
+
+def fill_mask_command(argv, monkeypatch, capsys):
+    """`training/fill_mask.py ARGV` in-process, behind the command-line front: (exit status, stdout, stderr)."""
+    from sinusoidal_encoder_training import fill_mask
+    from sinusoidal_encoder_training.command_line import command
+
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr("sys.argv", ["fill_mask.py", *map(str, argv)])
+    capsys.readouterr()  # what saving the folder printed
+    try:
+        command(fill_mask.main)()
+        status = 0
+    except SystemExit as stopped:
+        status = stopped.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("cls", "hint"),
+    [
+        (se.SinusoidalEncoderForSequenceClassification, "export_onnx --task text-classification"),
+        (se.SinusoidalEncoderForTokenClassification, "export_onnx --task token-classification"),
+        (se.SinusoidalEncoderModel, "export_onnx --task feature-extraction"),
+    ],
+)
+def test_fill_mask_refuses_a_folder_without_a_trained_masked_lm_head(
+    tmp_path, tokenizer, monkeypatch, capsys, cls, hint
+):
+    """ "The right head or none": fill_mask on a fine-tuned classifier printed the predictions of a masked-LM head
+    initialised at random, with status 0. Now one line, status 2, before any work: the folder's architecture, what
+    to use instead."""
+    folder = save(tmp_path, cls, tokenizer, num_labels=3)
+    status, out, err = fill_mask_command([folder, f"A {tokenizer.mask_token} test."], monkeypatch, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("fill_mask.py: error: MODEL ") and f"is a {cls.__name__}, without a trained masked-LM" in err
+    assert "pretraining" in err and hint in err, err
+    assert out == ""  # nothing loaded, nothing predicted
+
+
+def test_fill_mask_refuses_a_masked_lm_head_transformers_would_initialise(tmp_path, tokenizer, monkeypatch, capsys):
+    """A folder whose config.json names a masked-LM but whose weights lack its head (here a classifier's): what
+    transformers reports as newly initialised is refused, in one line, not used."""
+    import json
+
+    folder = save(tmp_path, se.SinusoidalEncoderForSequenceClassification, tokenizer)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["SinusoidalEncoderForMaskedLM"]}))
+    status, out, err = fill_mask_command([folder, f"A {tokenizer.mask_token} test."], monkeypatch, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "initialise at random (lm_head." in err and "5 in all" in err, err
+    assert out == ""
+
+
+def test_fill_mask_predicts_from_a_masked_lm_folder(tmp_path, tokenizer, monkeypatch, capsys):
+    """The guard of the refusals above: a pretraining folder (a masked-LM with its head) still predicts."""
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    status, out, err = fill_mask_command(
+        [folder, f"A {tokenizer.mask_token} test.", "--top_k", "2"], monkeypatch, capsys
+    )
+    assert status == 0, err
+    assert out.startswith("loaded SinusoidalEncoderForMaskedLM") and "    -> " in out
+    assert "LOAD REPORT" not in err and "MISSING" not in err

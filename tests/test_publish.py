@@ -1,14 +1,21 @@
 """Publishing an exported folder (`sinusoidal-encoder-publish`, training/sinusoidal_encoder_training/hub.py): one
 commit of the folder's files without its checkpoints, the card naming the Hub id; the folder left as it was, also
-when the upload fails; `--dry_run` shows what would go; the token checked before anything is sent."""
+when the upload fails; `--dry_run` shows what would go; the token checked before anything is sent; the Hub id's form
+and the weights (readable, matching config.json) checked first, by a dry run too."""
 
 from __future__ import annotations
 
-import pytest
-from conftest import FakeHfApi, exported_folder, folder_digest
-from huggingface_hub.errors import LocalTokenNotFoundError
+import json
+import re
+import sys
 
-from sinusoidal_encoder_training import hub
+import pytest
+import torch
+from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest
+from huggingface_hub.errors import LocalTokenNotFoundError
+from safetensors.torch import load_file, save_file
+
+from sinusoidal_encoder_training import command_line, finetuning, hub, pretraining
 from sinusoidal_encoder_training.command_line import UsageError
 
 
@@ -46,7 +53,7 @@ def test_publish_uploads_one_commit_and_leaves_the_folder_as_it_was(folder, onli
     card = api.uploaded["README.md"].decode()
     assert '"me/tiny"' in card and str(folder) not in card
     assert folder_digest(folder) == before
-    assert str(folder) in (folder / "README.md").read_text()  # the local card still loads the local folder
+    assert 'from_pretrained("exported")' in (folder / "README.md").read_text()  # the local card loads the folder
 
 
 def test_dry_run_lists_the_files_and_the_card_and_sends_nothing(folder, capsys):
@@ -90,3 +97,90 @@ def test_publish_refuses_a_folder_that_is_not_an_export(folder, online):
     (folder / "README.md").unlink()
     with pytest.raises(UsageError, match=r"README\.md"):
         hub.main([str(folder), "--hub_model_id", "me/tiny"], api=FakeHfApi())
+
+
+BAD_IDS = ["not a valid/id/at all", "tiny", "me/tiny/extra", "me/", "/tiny", "me/ti--ny", "me/tiny.git", "mé/tiny"]
+BAD_ID_CASES = [("publish", bad_id) for bad_id in BAD_IDS] + [("pretrain", BAD_IDS[0]), ("finetune", "tiny")]
+
+
+@pytest.mark.parametrize(("command", "bad_id"), BAD_ID_CASES)
+def test_a_bad_hub_id_is_one_line_before_any_work(tmp_path, request, monkeypatch, capsys, command, bad_id):
+    out = str(tmp_path / "out")
+    if command == "publish":  # a folder that publishes, and a dry run: nothing else to refuse
+        main, args = hub.main, [str(request.getfixturevalue("folder")), "--hub_model_id", bad_id, "--dry_run"]
+    elif command == "pretrain":
+        main, args = pretraining.main, ["--output_dir", out, "--hub_model_id", bad_id]
+    else:
+        main, args = finetuning.main, ["--model_name_or_path", "m", "--output_dir", out, "--hub_model_id", bad_id]
+    for module, run in ((pretraining, "pretrain"), (finetuning, "finetune")):  # past the checks, a run would start
+        monkeypatch.setattr(module, run, lambda config: pytest.fail(f"{command} started with {bad_id!r}"))
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", [f"{command}.py", *args])
+    capsys.readouterr()  # what making the folder printed
+    with pytest.raises(SystemExit) as stopped:
+        command_line.command(main)()
+    captured = capsys.readouterr()
+    assert stopped.value.code == 2 and len(captured.err.strip().splitlines()) == 1, captured.err
+    assert captured.err.startswith(f"{command}.py: error: --hub_model_id {bad_id!r} is not a Hub model id: ")
+    assert "expected 'namespace/name'" in captured.err and captured.out == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_publish_refuses_an_empty_or_truncated_weight_file(folder, capsys):
+    weights = folder / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(b"")
+    with pytest.raises(UsageError, match=rf"^{re.escape(repr(str(weights)))} is empty \(0 bytes\)"):
+        hub.main([str(folder), "--hub_model_id", "me/tiny", "--dry_run"], api=FakeHfApi())
+    weights.write_bytes(whole[:-100])
+    with pytest.raises(UsageError, match=rf"^{re.escape(repr(str(weights)))} cannot be read as safetensors"):
+        hub.main([str(folder), "--hub_model_id", "me/tiny", "--dry_run"], api=FakeHfApi())
+    assert "would upload" not in capsys.readouterr().out
+
+
+def _rewrite(path, change) -> None:
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _narrow_embeddings(tensors):
+    name = "model.embeddings.word_embeddings.weight"
+    tensors[name] = tensors[name][:, :16].contiguous()
+
+
+@pytest.mark.parametrize(
+    ("change_weights", "change_config", "message"),
+    [
+        (_narrow_embeddings, None, r"'model\.embeddings\.word_embeddings\.weight' has shape \[16384, 16\], the "),
+        (
+            None,
+            {"hidden_size": 64},
+            r"has shape \[32\], the SinusoidalEncoderForMaskedLM of config\.json needs \[64\]",
+        ),
+        (lambda t: t.pop("lm_head.layer_norm.bias"), None, r"missing 'lm_head\.layer_norm\.bias', which the "),
+        (lambda t: t.update(extra=torch.zeros(2)), None, r"it holds 'extra', which the SinusoidalEncoderForMaskedLM"),
+    ],
+    ids=["a tensor's shape", "config.json's size", "a missing tensor", "an unknown tensor"],
+)
+def test_publish_refuses_weights_that_do_not_match_the_config(folder, change_weights, change_config, message):
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    if change_weights is not None:
+        _rewrite(weights, change_weights)
+    if change_config is not None:
+        config.write_text(json.dumps({**json.loads(config.read_text()), **change_config}))
+    named = re.escape(repr(str(weights)))
+    with pytest.raises(UsageError, match=rf"^{named} does not match config\.json: .*{message}") as refused:
+        hub.main([str(folder), "--hub_model_id", "me/tiny", "--dry_run"], api=FakeHfApi())
+    assert len(str(refused.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("pipeline_tag", sorted(VARIANTS))
+def test_a_valid_dry_run_passes_the_checks_and_shows_no_local_path(tmp_path, tokenizer, capsys, pipeline_tag):
+    folder = exported_folder(tmp_path, tokenizer, pipeline_tag)  # tied weights (fill-mask) and a head of its own
+    assert hub.main([str(folder), "--hub_model_id", "me/tiny", "--dry_run"], api=FakeHfApi()) is None
+    shown = capsys.readouterr().out
+    card = shown.split("README.md as it would be published:\n\n", 1)[1]
+    assert shown.startswith("would upload ") and "name: me/tiny\n" in card and "\n# me/tiny\n" in card
+    assert card.count('"me/tiny"') == 5  # tokenizer and model in both loading blocks, the pipeline
+    assert "exported" not in card and "local folder" not in card and str(tmp_path) not in card

@@ -167,3 +167,31 @@ def test_train_tokenizer_rejects_a_tiny_vocabulary(tmp_path):
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "--vocab_size" in proc.stderr
+
+
+def test_train_tokenizer_refuses_a_model_folder_and_retrains_its_own(tmp_path, tokenizer):
+    """A model folder's tokenizer is never replaced under its weights: refused before any work (the folder as it
+    was) unless --overwrite_output_dir; a folder this command trained (the shipped one's files) is retrained."""
+    from conftest import folder_digest
+
+    from sinusoidal_encoder_training.command_line import UsageError
+    from sinusoidal_encoder_training.tokenizer_training import TokenizerTrainingConfig
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text("{}")
+    before = folder_digest(model)
+    with pytest.raises(UsageError, match="holds other files than a tokenizer this command trained") as error:
+        TokenizerTrainingConfig(output_dir=str(model))
+    assert "config.json, model.safetensors, tokenizer.json, tokenizer_config.json" in str(error.value)
+    assert "--overwrite_output_dir" in str(error.value) and folder_digest(model) == before
+    TokenizerTrainingConfig(output_dir=str(model), overwrite_output_dir=True)  # told to: accepted
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "training_args.json"):
+        (ours / name).write_bytes((SHIPPED_TOKENIZER / name).read_bytes())
+    TokenizerTrainingConfig(output_dir=str(ours))  # a tokenizer this command trained: retrained in place
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        TokenizerTrainingConfig(output_dir=str(tmp_path / "file"))

@@ -18,6 +18,7 @@ from transformers.hf_argparser import string_to_bool
 
 from .checkpoints import checkpoint_damage
 from .command_line import UsageError
+from .hub import check_hub_model_id
 
 ConfigT = TypeVar("ConfigT", bound="FlagConfig")
 
@@ -197,6 +198,13 @@ class OutputConfig(FlagConfig):
     _argument_group_name = "output, evaluation, checkpoints"
 
     output_dir: str = dataclasses.field(metadata={"help": "Where the final Hub-ready model folder is written."})
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Empty --output_dir first when it holds other files (another run's, a model's, your own): "
+            "without it such a folder is refused."
+        },
+    )
     eval_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "Evaluate every N optimizer steps (and at the end)."}
     )
@@ -237,6 +245,8 @@ class OutputConfig(FlagConfig):
         check_positive(self, "logging_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit")
         if self.push_to_hub and not self.hub_model_id:
             raise UsageError("--push_to_hub needs --hub_model_id.")
+        if self.hub_model_id is not None:  # also named by the card without --push_to_hub
+            check_hub_model_id(self.hub_model_id)
         if self.resume_from_checkpoint not in (None, "latest"):
             if not os.path.isdir(self.resume_from_checkpoint):
                 raise UsageError(

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # accelerate is imported by the code that saves (arguments.py
 
 CHECKPOINT_PATTERN = re.compile(r"^step_(\d+)$")
 MANIFEST = "manifest.json"  # {relative path: size in bytes} of every file of the checkpoint, written last
+RUN_FILE = "run.json"  # the settings of the run that wrote the checkpoint (run_folder.py)
 
 
 def checkpoints_dir(output_dir: str) -> str:
@@ -102,6 +103,9 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
     accelerator.save_state(temporary)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
+        run = os.path.join(folder, RUN_FILE)  # the run's settings (run_folder.py), which a resume compares
+        if os.path.isfile(run):
+            shutil.copyfile(run, os.path.join(temporary, RUN_FILE))
         sizes = {}
         for directory, _, files in os.walk(temporary):
             for name in files:

@@ -3,7 +3,8 @@ not there, data or a model that cannot be used), ends the command with one line 
 argparse's form (`pretrain.py: error: ...`), and exit status 2: no traceback. Any other exception keeps its
 traceback. `SINUSOIDAL_ENCODER_DEBUG=1` in the environment shows the traceback of anticipated errors too. Ctrl-C
 ends with one line as well (status 130): during training, where the newest checkpoint is and the command that
-resumes (`Interrupted`, raised by the training loop). A module of an extra that is not installed (`datasets`
+resumes (`Interrupted`, raised by the training loop); SIGTERM during training the same, with status 143
+(`Terminated`). A module of an extra that is not installed (`datasets`
 without the `training` extra) is an anticipated error too: one line naming the extra and the pip command that adds
 it (`require_extra`, `missing_extra`; the console scripts catch it when the stage's module is imported,
 `run_stage`)."""
@@ -54,6 +55,14 @@ class UsageError(ValueError):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during training, carrying the line that says where the newest checkpoint is and how to resume."""
+
+    status = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+
+
+class Terminated(Interrupted):
+    """SIGTERM during training (what Slurm, Kubernetes and `docker stop` send): handled as Ctrl-C, status 143."""
+
+    status = 143  # 128 + SIGTERM
 
 
 def install_command(extra: str) -> str:
@@ -127,7 +136,7 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
         except KeyboardInterrupt as interruption:
             if debugging():
                 raise
-            _fail(f"{interruption or 'interrupted.'}", 130)
+            _fail(f"{interruption or 'interrupted.'}", getattr(interruption, "status", 130))
 
     entry.__doc__ = main.__doc__
     return entry

@@ -3,6 +3,10 @@
 
 python training/fill_mask.py outputs/small-builtin
 python training/fill_mask.py outputs/small-builtin "Return a [MASK] of the items." --top_k 3
+
+The folder must hold a trained masked-LM head: that of a pretraining run. Any other (a fine-tuned classifier, a
+bare encoder) is refused in one line before any work, as is a folder whose masked-LM head transformers would
+initialise at random: its predictions would be noise.
 """
 
 from __future__ import annotations
@@ -13,7 +17,13 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import check_model_source
-from sinusoidal_encoder_training.command_line import command
+from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.onnx_export import (
+    folder_architecture,
+    head_problem,
+    load_trained,
+    task_of_architecture,
+)
 
 EXAMPLES = (
     "Return a new [MASK] containing the items of the sequence.",
@@ -23,6 +33,20 @@ EXAMPLES = (
 )
 
 
+def instead(architecture: str | None) -> str:
+    """What to use instead of fill-mask predictions from a folder without a trained masked-LM head."""
+    own = task_of_architecture(architecture)
+    if own in ("text-classification", "token-classification"):
+        return (
+            f"give fill_mask the pretraining folder it was fine-tuned from; this model's own head runs in "
+            f"pipeline('{own}') or exports with export_onnx --task {own}."
+        )
+    return (
+        "give fill_mask the folder of a pretraining run; this folder's encoder runs in pipeline('feature-extraction') "
+        "or exports with export_onnx --task feature-extraction."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="A model folder or Hub id with a masked-LM head and a tokenizer.")
@@ -30,8 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top_k", type=int, default=5, help="Predictions to show per text.")
     args = parser.parse_args(argv)
     check_model_source("MODEL", args.model)
+    architecture = folder_architecture(args.model)  # config.json alone: before any weight is loaded
+    problem = head_problem(args.model, architecture, "fill-mask", instead(architecture))
+    if problem is not None:
+        raise UsageError(problem)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForMaskedLM.from_pretrained(args.model)
+    model = load_trained(AutoModelForMaskedLM, args.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {args.model}")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
     for text in args.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:

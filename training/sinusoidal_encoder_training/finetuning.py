@@ -67,6 +67,7 @@ from sinusoidal_encoder_training.metrics import (
     regression_scores,
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
+from sinusoidal_encoder_training.run_folder import claim_output_folder
 
 Task = Literal["text-classification", "token-classification"]
 ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
@@ -315,8 +316,9 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
 class ClassificationTask(TrainingTask):
     """Sequence classification (single-label, multi-label, regression) or token classification."""
 
+    name = "fine-tuning"
+
     def __init__(self, seed: int, problem: str, label_names: list[str] | None, generator: torch.Generator):
-        self.name = "fine-tuning"
         self.problem = problem
         self.label_names = label_names
         self.generator = generator
@@ -489,6 +491,7 @@ def finetune(
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
+    claim_output_folder(accelerator, config, ClassificationTask.name)  # before the data: the folder, a resume
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     with accelerator.main_process_first():

@@ -5,8 +5,10 @@
 
 Uploads the folder (weights, config, code, tokenizer, README.md model card, pictures, metrics, an ONNX export) in one
 commit with huggingface_hub, never its resumable `checkpoints/` or tracker logs. A card written without a Hub id
-loads the local folder in its code; the uploaded card names the Hub id instead, so that it runs as written. The
-folder itself is never changed. `--dry_run` lists every file and its size and prints the card as it would be
+loads the local folder by its name in its code; the uploaded card names the Hub id instead, so that it runs as
+written. The folder itself is never changed. Before anything else the Hub id's form is checked ('namespace/name'),
+then the weights: every safetensors file must be readable, and its tensors those of the model of config.json, in
+their shapes. `--dry_run` checks the same, lists every file and its size and prints the card as it would be
 published, without contacting the Hub. Log in first (`hf auth login`) or set HF_TOKEN: the token is checked before
 anything is uploaded.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 
 from sinusoidal_encoder_training.command_line import UsageError, command
 
@@ -26,6 +29,30 @@ IGNORED = ("checkpoints/*", "runs/*", "*.pt", "*.pkl", ".git/*", ".cache/*", "*/
 # where the errors of talking to the Hub come from: huggingface_hub and the HTTP clients it has used
 HUB_ERROR_MODULES = ("huggingface_hub", "httpx", "httpx2", "httpcore", "requests", "urllib3")
 RETRY = "log in with `hf auth login` (or set HF_TOKEN) and check the network"
+# a model repository on the Hub: a namespace (a user or an organisation) and a name, of ASCII letters, digits, '-',
+# '_' and '.' (with huggingface_hub's `validate_repo_id` for the rest of its rules)
+HUB_MODEL_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+HUB_MODEL_ID_FORM = (
+    "'namespace/name', your user or organisation and the model's name, e.g. 'you/my-encoder' (ASCII letters, "
+    "digits, '-', '_' and '.'; no '--' or '..'; no part starting or ending with '-' or '.'; at most 96 characters)"
+)
+AGAIN = "export the model again"
+
+
+def check_hub_model_id(repo_id: str, flag: str = "--hub_model_id") -> str:
+    """`repo_id`, if it has the form of a Hub model repository ('namespace/name'); else a `UsageError` naming it
+    (after `flag`) and the form expected. What every command that takes a Hub id checks before any work."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        valid = HUB_MODEL_ID.fullmatch(repo_id) is not None
+    except HFValidationError:
+        valid = False
+    if not valid:
+        raise UsageError(f"{flag} {repo_id!r} is not a Hub model id: expected {HUB_MODEL_ID_FORM}.")
+    return repo_id
 
 
 def files_to_upload(folder: str) -> list[str]:
@@ -151,6 +178,85 @@ def check_folder(folder: str) -> None:
         raise UsageError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
 
 
+def check_weights(folder: str) -> None:
+    """Refuse weights that would not load, in one line naming the file: every safetensors file of the upload must be
+    readable (not empty, not truncated), and the tensors of those at the top of the folder (the model's weights, in
+    one file or in shards) must be the ones the model of config.json has, in its shapes. Reads the files' headers and
+    builds the model on the meta device: no weights are read."""
+    from safetensors import SafetensorError, safe_open
+
+    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
+    weights = []
+    for name in (name for name in files_to_upload(folder) if name.endswith(".safetensors")):
+        path = os.path.join(folder, name)
+        if os.path.getsize(path) == 0:
+            raise UsageError(f"{path!r} is empty (0 bytes), not a safetensors file of weights: {AGAIN}.")
+        try:
+            with safe_open(path, framework="pt") as handle:
+                found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+        except (SafetensorError, OSError) as error:
+            raise UsageError(
+                f"{path!r} cannot be read as safetensors, truncated or damaged ({error_line(error)}): {AGAIN}."
+            ) from error
+        if "/" not in name:
+            weights.append(path)
+            shapes.update({key: (path, shape) for key, shape in found.items()})
+    model = _meta_model(folder)
+    described = f"the {type(model).__name__} of config.json"
+    expected = model.state_dict(keep_vars=True)
+    wrong = [key for key, (_, shape) in shapes.items() if key in expected and shape != tuple(expected[key].shape)]
+    if wrong:
+        path, shape = shapes[wrong[0]]
+        raise UsageError(
+            f"{path!r} does not match config.json: {wrong[0]!r} has shape {list(shape)}, {described} needs "
+            f"{list(expected[wrong[0]].shape)}{_more(wrong, 'tensors differ')}: {AGAIN}, or fix config.json."
+        )
+    ignored = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    unexpected = [key for key in shapes if key not in expected and not any(p.search(key) for p in ignored)]
+    if unexpected:
+        raise UsageError(
+            f"{shapes[unexpected[0]][0]!r} does not match config.json: it holds {unexpected[0]!r}"
+            f"{_more(unexpected, 'tensors')}, which {described} does not have: {AGAIN}, or fix config.json."
+        )
+    aliases: dict[int, list[str]] = {}  # tied weights (one tensor under several names) are saved under one name
+    for key, tensor in expected.items():
+        aliases.setdefault(id(tensor), []).append(key)
+    missing = [names[0] for names in aliases.values() if not any(key in shapes for key in names)]
+    if missing:
+        files = f"{weights[0]!r} does" if len(weights) == 1 else f"the weights ({', '.join(map(repr, weights))}) do"
+        raise UsageError(
+            f"{files} not match config.json: missing {missing[0]!r}{_more(missing, 'tensors')}, which {described} "
+            f"needs: {AGAIN}, or fix config.json."
+        )
+
+
+def _more(keys: list[str], what: str) -> str:
+    return f" (and {len(keys) - 1} more {what})" if len(keys) > 1 else ""
+
+
+def _meta_model(folder: str):
+    """The model of the folder's config.json (its `architectures`), built on the meta device: its tensors' names and
+    shapes, without memory or initialisation."""
+    import torch
+
+    import sinusoidal_encoder
+    from sinusoidal_encoder import SinusoidalEncoderConfig
+
+    path = os.path.join(folder, "config.json")
+    try:
+        config = SinusoidalEncoderConfig.from_pretrained(folder)
+    except (ValueError, TypeError, OSError) as error:
+        raise UsageError(f"{path!r} is not a usable sinusoidal_encoder config ({error_line(error)}).") from error
+    names = config.architectures or []
+    model_class = getattr(sinusoidal_encoder, names[0], None) if len(names) == 1 else None
+    if not isinstance(model_class, type) or not issubclass(
+        model_class, sinusoidal_encoder.SinusoidalEncoderPreTrainedModel
+    ):
+        raise UsageError(f"{path!r} names no model class of sinusoidal_encoder in `architectures` (it has {names}).")
+    with torch.device("meta"):
+        return model_class(config)
+
+
 def main(argv: list[str] | None = None, api=None) -> str | None:
     """The command line: `sinusoidal-encoder-publish`, `python -m sinusoidal_encoder_training.hub`, or
     `training/publish.py` in a checkout. `api` is an `HfApi` (injectable for tests). Returns the commit's URL (None
@@ -164,7 +270,9 @@ def main(argv: list[str] | None = None, api=None) -> str | None:
         "--dry_run", action="store_true", help="List the files and show the card as published; upload nothing."
     )
     args = parser.parse_args(argv)
+    check_hub_model_id(args.hub_model_id)
     check_folder(args.folder)
+    check_weights(args.folder)
     if args.dry_run:
         print(describe_upload(args.folder, args.hub_model_id))
         return None

@@ -8,7 +8,9 @@ import dataclasses
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from itertools import islice
 from typing import Any
@@ -19,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .arguments import TrainingConfig
 from .checkpoints import resolve_checkpoint, save_checkpoint
-from .command_line import Interrupted, UsageError
+from .command_line import Interrupted, Terminated, UsageError
 from .metrics_log import MetricsLog, format_metrics
 
 
@@ -129,6 +131,15 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
             f"{accelerator.distributed_type.value} on {accelerator.device.type} (it enables FSDP on GPUs and similar "
             "devices only): the model would be replicated, not sharded. Launch with a data-parallel configuration "
             "(training/accelerate_configs/multi_gpu_ddp.yaml, or `--multi_gpu` with ACCELERATE_USE_CPU=1 on a CPU)."
+        )
+    alone = accelerator.num_processes == 1 and "WORLD_SIZE" not in os.environ
+    if alone and "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ:
+        # accelerate's plain launcher sets MASTER_ADDR only when asked for several processes or machines
+        raise UsageError(
+            "accelerate launch was asked for several processes or machines, but this process runs alone (no process "
+            "group: each would train alone and all write one --output_dir). `accelerate launch --cpu` starts one "
+            "plain process whatever --num_machines says: on CPUs launch with --multi_gpu and ACCELERATE_USE_CPU=1 "
+            "(docs/pretraining.md, 'Several machines')."
         )
     import datasets
     import transformers
@@ -266,6 +277,7 @@ def train(
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_units = torch.zeros((), dtype=torch.float64, device=device)
     window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
+    previous_handler = _terminate_as_interrupt()
     try:
         while progress.completed_steps < max_train_steps:
             task.start_epoch(progress.epoch)
@@ -340,9 +352,13 @@ def train(
                 break
             progress.epoch += 1
             progress.batches_in_epoch = 0
-    except KeyboardInterrupt:  # Ctrl-C: one line on where training stands and how to go on (command_line.py)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: one line on where training stands and how to go on
         bar.close()
-        raise Interrupted(interruption_line(config, progress.completed_steps)) from None
+        kind = Terminated if isinstance(stop, Terminated) else Interrupted
+        raise kind(interruption_line(config, progress.completed_steps)) from None
+    finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
     bar.close()
 
     final = task.evaluate(model, eval_loader, accelerator)
@@ -352,6 +368,19 @@ def train(
     if summary:
         accelerator.print(summary)
     return TrainingResult(progress, final, max_train_steps)
+
+
+def _terminate_as_interrupt():
+    """While training, SIGTERM (Slurm's, Kubernetes', `docker stop`'s) interrupts as Ctrl-C does, as `Terminated`:
+    the resume line instead of a silent death. Returns the handler it replaced (None off the main thread, where
+    Python cannot install one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, terminated)
 
 
 def interruption_line(config: TrainingConfig, step: int) -> str:

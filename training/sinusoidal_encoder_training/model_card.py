@@ -32,9 +32,19 @@ TASKS = {
 
 
 def model_reference(output_dir: str, hub_model_id: str | None) -> str:
-    """What the card's code loads: the Hub id when there is one, else the folder's absolute path, so that every
-    snippet runs as written where the folder is (`training/publish.py` swaps in the Hub id when it uploads)."""
-    return hub_model_id or os.path.abspath(output_dir)
+    """What the card's code loads and its model-index names: the Hub id when there is one, else the folder's name
+    (never a path of the machine that wrote it; the card then says that the name is a local folder,
+    `local_folder_note`). `sinusoidal-encoder-publish` swaps in the Hub id when it uploads (`use_hub_id`)."""
+    return hub_model_id or os.path.basename(os.path.normpath(os.path.abspath(output_dir)))
+
+
+def local_folder_note(name: str) -> str:
+    """The card's note, after its code, when that code loads the local folder `name` rather than a Hub id."""
+    return (
+        f"`{name}` in this code is the local folder the model was exported to: run the code from the folder that "
+        f"holds it, or write its path. `sinusoidal-encoder-publish` puts the Hub id in its place when it uploads "
+        "the model."
+    )
 
 
 def pipeline_example(pipeline_tag: str, reference: str, text: str) -> str:
@@ -48,13 +58,21 @@ def pipeline_example(pipeline_tag: str, reference: str, text: str) -> str:
 
 
 def use_hub_id(card_text: str, hub_model_id: str) -> str:
-    """The card with its local folder reference (written when the model had no Hub id) replaced by `hub_model_id`:
-    its code then loads the Hub repository, and its model-index names it."""
+    """The card with what it names the model by (its local folder, written when the model had no Hub id, or an
+    earlier Hub id) replaced by `hub_model_id`: its code then loads the Hub repository, and its title and
+    model-index name it. A card without a model name is returned as it is."""
     card = ModelCard(card_text)
     local = card.data.model_name
-    if not local or not os.path.isabs(local):
+    if not local or local == hub_model_id:
         return card_text
-    return card_text.replace(f'"{local}"', f'"{hub_model_id}"').replace(f"name: {local}", f"name: {hub_model_id}")
+    card.data.model_name = hub_model_id  # the model-index
+    text = card.text.replace(f"\n\n{local_folder_note(local)}", "").replace(local_folder_note(local), "")
+    for before in ('from_pretrained("{}"', 'model="{}"', "\n# {}\n"):
+        text = text.replace(before.format(local), before.format(hub_model_id))
+    if os.path.isabs(local):  # a card written before cards named the folder: its title is the folder's name
+        text = text.replace(f"\n# {os.path.basename(local)}\n", f"\n# {hub_model_id}\n", 1)
+    card.text = text
+    return str(card)
 
 
 def render_model_card(
@@ -90,7 +108,10 @@ def render_model_card(
     data)."""
     config = model.config
     auto_class, task_summary, task_name = TASKS[pipeline_tag]
+    local = model_id is None  # the code loads the folder by its name: say so
     model_id = model_reference(output_dir, model_id)
+    if local:
+        usage_example = f"{usage_example}\n\n{local_folder_note(model_id)}".lstrip("\n")
     evaluated_on = dataset_name or dataset_id or "built-in Python documentation corpus"
     eval_results = [
         EvalResult(
@@ -126,7 +147,7 @@ def render_model_card(
     num_parameters = model.num_parameters()
     values: dict[str, Any] = {
         "model_id": model_id,
-        "model_name": model_id if not os.path.isabs(model_id) else os.path.basename(model_id),
+        "model_name": model_id,
         "task_summary": task_summary,
         "auto_class": auto_class,
         "base": f"{config.position_encoding_base:g}",

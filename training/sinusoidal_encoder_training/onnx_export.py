@@ -2,29 +2,40 @@
 
     python training/export_onnx.py outputs/small-builtin                      # -> outputs/small-builtin/model.onnx
     python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
+    python training/export_onnx.py outputs/library-classifier                # its own head: text-classification
 
-The graph takes `input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits`
-(fill-mask, text-classification of a fine-tuned folder: one row per text, token-classification) or
-`last_hidden_state` (feature-extraction). The position encoding is computed inside the graph from the
-positions, so the exported model runs at any length, past `max_position_embeddings` too. Needs the `onnx`,
-`onnxscript` and `onnxruntime` packages (the `integrations` extra).
+The folder's own head is exported by default: the one config.json's `architectures` names (a masked-LM folder:
+fill-mask; a sequence classifier: text-classification; a token classifier: token-classification; a bare encoder:
+feature-extraction). `--task` chooses; a head the folder does not have (one transformers would initialise at
+random) is refused, and feature-extraction, the encoder alone, exports from any folder. The graph takes
+`input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits` (fill-mask,
+text-classification: one row per text, token-classification) or `last_hidden_state` (feature-extraction). The
+position encoding is computed inside the graph from the positions, so the exported model runs at any length, past
+`max_position_embeddings` too. An existing export (the .onnx file or its .onnx.data) is replaced only with
+`--overwrite`; missing folders of `--output` are created. Needs the `onnx`, `onnxscript` and `onnxruntime`
+packages (the `integrations` extra).
 
-In code: `export_onnx(model, path, output_name)` and `check_onnx(...)`; the command line is `main`.
+In code: `export_onnx(model, path, output_name)` and `check_onnx(...)`; `load_trained` loads a head and refuses
+one that transformers initialises at random; the command line is `main`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
+from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
@@ -36,6 +47,90 @@ TASKS = {
     "text-classification": (AutoModelForSequenceClassification, "logits"),
     "token-classification": (AutoModelForTokenClassification, "logits"),
 }
+
+# the task of the head a model class carries, by the end of its name (config.json `architectures`); a bare encoder
+# ("...Model") is feature-extraction (`task_of_architecture`)
+TASK_OF_CLASS_SUFFIX = {
+    "ForMaskedLM": "fill-mask",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+}
+HEAD_OF_TASK = {
+    "fill-mask": "masked-LM head",
+    "feature-extraction": "encoder",
+    "text-classification": "sequence-classification head",
+    "token-classification": "token-classification head",
+}
+
+
+def folder_architecture(source: str, name: str = "MODEL") -> str | None:
+    """The first class that config.json's `architectures` names in a model folder (or Hub id), the class it was
+    saved from; None when it names none. A folder without a config.json, or a config transformers cannot read, is a
+    `UsageError` naming `name` (the argument)."""
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "config.json")):
+        raise UsageError(f"{name} {source!r} is not a model folder: it has no config.json.")
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{name} {source!r}: {' '.join(str(error).split())}") from error
+    return next(iter(getattr(config, "architectures", None) or []), None)
+
+
+def task_of_architecture(architecture: str | None) -> str | None:
+    """The task of the head a model class carries (`TASKS`' names): fill-mask for `...ForMaskedLM`,
+    text-classification and token-classification for the classifiers, feature-extraction for a bare encoder
+    (`...Model`); None for another head (question answering, multiple choice) or no class."""
+    if architecture is None:
+        return None
+    for suffix, task in TASK_OF_CLASS_SUFFIX.items():
+        if architecture.endswith(suffix):
+            return task
+    if architecture.endswith("Model") and "For" not in architecture and not architecture.endswith("HeadModel"):
+        return "feature-extraction"
+    return None
+
+
+def head_problem(source: str, architecture: str | None, task: str, instead: str, name: str = "MODEL") -> str | None:
+    """The one-line refusal when a folder saved from `architecture` has no trained head for `task` (the encoder,
+    feature-extraction, is in every folder; a folder that names no class is judged when it loads, `load_trained`);
+    `instead` says what to use instead. None when it has one."""
+    if architecture is None or task == "feature-extraction" or task_of_architecture(architecture) == task:
+        return None
+    return (
+        f"{name} {source!r} is a {architecture}, without a trained {HEAD_OF_TASK[task]} (transformers would add one "
+        f"initialised at random): {instead}"
+    )
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' load report and progress bar off: `load_trained` judges what loaded itself."""
+    verbosity, bar = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bar:
+            transformers_logging.enable_progress_bar()
+
+
+def load_trained(auto_class: type, source: str, instead: str, name: str = "MODEL") -> torch.nn.Module:
+    """`auto_class.from_pretrained(source)` in eval mode, or a `UsageError` when transformers reports weights it
+    initialised at random (missing from the folder, or of another shape): a new head is never used silently.
+    `instead` says what to use instead; the refusal names the weights."""
+    with _quiet_loading():
+        model, info = auto_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True)
+    mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
+    new = sorted({*info.get("missing_keys", ()), *mismatched})
+    if new:
+        shown = ", ".join(new[:3]) + (f", ... ({len(new)} in all)" if len(new) > 3 else "")
+        raise UsageError(
+            f"{name} {source!r} ({folder_architecture(source, name) or 'no architecture in config.json'}) lacks "
+            f"weights of {type(model).__name__} that transformers would initialise at random ({shown}): {instead}"
+        )
+    return model.eval()
 
 
 class _Exported(torch.nn.Module):
@@ -101,11 +196,24 @@ class OnnxExportConfig(FlagConfig):
     """The settings of the export, with `output_path` derived (MODEL/model.onnx for a local folder by default)."""
 
     model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
-    task: Literal["feature-extraction", "fill-mask", "text-classification", "token-classification"] = (
-        dataclasses.field(default="fill-mask", metadata={"help": "Which head to export."})
+    task: Literal["feature-extraction", "fill-mask", "text-classification", "token-classification"] | None = (
+        dataclasses.field(
+            default=None,
+            metadata={
+                "help": "Which head to export (default: the folder's own, from config.json's `architectures`). A "
+                "head the folder does not have is refused; feature-extraction (the encoder) exports from any folder."
+            },
+        )
     )
     output: str | None = dataclasses.field(
-        default=None, metadata={"help": "The .onnx file (default: MODEL/model.onnx for a folder)."}
+        default=None,
+        metadata={
+            "help": "The .onnx file, or a folder for FOLDER/model.onnx (default: MODEL/model.onnx for a folder). "
+            "Missing folders are created."
+        },
+    )
+    overwrite: bool = dataclasses.field(
+        default=False, metadata={"help": "Replace an existing export at the output (the .onnx and .onnx.data)."}
     )
     opset: int = dataclasses.field(default=18, metadata={"help": "ONNX opset version."})
     no_check: bool = dataclasses.field(default=False, metadata={"help": "Skip the onnxruntime comparison."})
@@ -115,16 +223,81 @@ class OnnxExportConfig(FlagConfig):
         check_model_source("MODEL", self.model)
         if self.output is None and not os.path.isdir(self.model):
             raise UsageError("--output is needed when the model is not a local folder.")
+        check_output(self.output_path, "--output" if self.output else "the output", self.overwrite)
 
     @property
     def output_path(self) -> str:
-        """`--output`, or model.onnx in the model folder."""
-        return self.output or os.path.join(self.model, "model.onnx")
+        """`--output` (model.onnx in it when it is a folder, or ends with '/'), or model.onnx in the model folder."""
+        if self.output is None:
+            return os.path.join(self.model, "model.onnx")
+        if os.path.isdir(self.output) or self.output.endswith(("/", os.sep)):
+            return os.path.join(self.output, "model.onnx")
+        return self.output
+
+
+def check_output(path: str, name: str, overwrite: bool) -> None:
+    """A `UsageError` before any work when the export could not be written to `path`: an earlier export there (the
+    .onnx file or its weights, .onnx.data) without `overwrite`, a folder in its place, or a parent that is a file or
+    not writable. Missing parent folders are fine: `main` creates them just before it writes."""
+    if os.path.isdir(path):
+        raise UsageError(f"{name} {path!r} is a folder: name the .onnx file to write with --output.")
+    weights = path + ".data"
+    if not overwrite and (os.path.lexists(path) or os.path.lexists(weights)):
+        if not os.path.lexists(path):
+            found = f"{name} {path!r}: {weights!r} (the weights of an earlier export) already exists"
+        else:
+            found = f"{name} {path!r} already exists" + (
+                f" (with its weights, {weights!r})" if os.path.lexists(weights) else ""
+            )
+        raise UsageError(f"{found}: pass --overwrite to replace it, or choose another --output.")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is a file, not a folder.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is not writable.")
 
 
 def parse_args(argv: list[str] | None = None) -> OnnxExportConfig:
     """The export's configuration of a command line (`sys.argv[1:]` by default), checked."""
     return parse_config(OnnxExportConfig, argv, __doc__)
+
+
+def _export_instead(own: str | None, task: str) -> str:
+    """What to export instead of `task`'s head from a folder whose own head is `own`'s."""
+    if own not in (None, task, "feature-extraction"):
+        return (
+            f"export its own head with --task {own} (the default), or the encoder alone with --task "
+            "feature-extraction."
+        )
+    if task != "feature-extraction":
+        default = " (the default)" if own == "feature-extraction" else ""
+        return f"export the encoder alone with --task feature-extraction{default}."
+    return "export a folder saved from a trained model."
+
+
+def resolve_task(config: OnnxExportConfig) -> tuple[str, str | None]:
+    """The task to export (`--task`, else the folder's own head) and the folder's own, read from its config.json
+    before any weight is loaded; a `UsageError` for a head the folder does not have, or when it names none that
+    can be exported and `--task` is not given."""
+    architecture = folder_architecture(config.model)
+    own = task_of_architecture(architecture)
+    task = config.task or own
+    if task is None and architecture is None:
+        raise UsageError(
+            f"MODEL {config.model!r}: its config.json names no architecture, so its head is unknown: pass --task "
+            "(fill-mask, feature-extraction, text-classification or token-classification)."
+        )
+    if task is None:
+        raise UsageError(
+            f"MODEL {config.model!r} is a {architecture}, a head export_onnx does not export: pass --task "
+            "feature-extraction to export the encoder alone."
+        )
+    problem = head_problem(config.model, architecture, task, _export_instead(own, task))
+    if problem is not None:
+        raise UsageError(problem)
+    return task, own
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,8 +306,11 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
         require_extra(module, what="the ONNX export")  # before the model is loaded
-    auto_class, output_name = TASKS[config.task]
-    model = auto_class.from_pretrained(config.model).eval()
+    task, own = resolve_task(config)
+    auto_class, output_name = TASKS[task]
+    model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
+    print(f"exporting {type(model).__name__} ({task}) from {config.model}")
+    os.makedirs(os.path.dirname(os.path.abspath(config.output_path)), exist_ok=True)
     export_onnx(model, config.output_path, output_name, config.opset)
     print(f"wrote {config.output_path}")
     if not config.no_check:

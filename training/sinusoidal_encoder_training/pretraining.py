@@ -55,6 +55,7 @@ from sinusoidal_encoder_training.mlm_evaluation import (
     unigram_log_probs,
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
+from sinusoidal_encoder_training.run_folder import claim_output_folder
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
 MODEL_SIZES = {
@@ -323,6 +324,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         check_model(model, len(tokenizer))
     else:
         model_config = build_model_config(config, tokenizer)
+    claim_output_folder(accelerator, config, MaskedLMTask.name)  # before the data: the folder, a resume's settings
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
         packed = tokenize_and_pack(

@@ -32,6 +32,7 @@ from sinusoidal_encoder_training.data import (
     text_column,
 )
 from sinusoidal_encoder_training.export import save_tokenizer
+from sinusoidal_encoder_training.run_folder import empty_folder
 
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",
@@ -59,11 +60,52 @@ class TokenizerTrainingConfig(DataConfig):
     seed: int = dataclasses.field(
         default=42, metadata={"help": "Seed of the validation split of a dataset without one."}
     )
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Empty --output_dir first when it holds other files than a tokenizer this command trained (a "
+            "model folder, your own files): without it such a folder is refused."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not self.overwrite_output_dir:
+            problem = tokenizer_folder_problem(self.output_dir)
+            if problem is not None:
+                raise UsageError(problem)
         if self.vocab_size <= len(SPECIAL_TOKENS) + 256:
             raise UsageError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
+
+
+# what a folder written by this command holds: a folder of only these (with its training_args.json) is retrained
+TOKENIZER_FILES = frozenset(
+    {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "training_args.json"}
+)
+
+
+def tokenizer_folder_problem(output_dir: str) -> str | None:
+    """Why a tokenizer may not be written to `output_dir`, or None: a file; a folder that holds more than a
+    tokenizer this command trained (a model folder, whose tokenizer would be replaced under its weights; your own
+    files)."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
+    entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    if not entries:
+        return None
+    trained_here = False
+    try:
+        with open(os.path.join(output_dir, "training_args.json")) as handle:
+            trained_here = "trained_on" in json.load(handle)
+    except (OSError, ValueError):
+        pass
+    if trained_here and set(entries) <= TOKENIZER_FILES:
+        return None
+    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    return (
+        f"--output_dir {output_dir} holds other files than a tokenizer this command trained ({shown}): choose "
+        "another --output_dir (then pass it as --tokenizer_name), or --overwrite_output_dir to empty it first."
+    )
 
 
 def build_tokenizer(
@@ -123,6 +165,8 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
     (the configuration, the corpus, the vocabulary size reached)."""
     raw = load_raw_datasets(config, config.seed)
     column = text_column(raw["train"], config.text_column_name)
+    if config.overwrite_output_dir and os.path.isdir(config.output_dir):
+        empty_folder(config.output_dir)
     tokenizer = build_tokenizer(
         iterate_texts(raw, column), config.vocab_size, config.min_frequency, config.model_max_length
     )

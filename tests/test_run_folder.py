@@ -1,0 +1,193 @@
+"""The output folder is the user's (run_folder.py): a folder holding anything but this run's files is refused before
+any work unless `--overwrite_output_dir` empties it; a resume is the same run or refused, naming every setting that
+differs; one run writes a folder at a time; SIGTERM ends training like Ctrl-C, with the resume line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import env, folder_digest, metrics, pretrain_cmd, run, tiny_pretraining, write_text_corpus
+
+from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.run_folder import MAY_CHANGE, settings_differences, take_lock
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_text_corpus(tmp_path_factory.mktemp("corpus"), n_train=25, n_validation=6)
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+def finetune_cmd(model_dir, output_dir, *extra):
+    """The built-in fine-tuning task on a model folder, a few steps."""
+    from conftest import REPO
+
+    return [
+        sys.executable,
+        str(REPO / "training" / "finetune.py"),
+        "--model_name_or_path",
+        str(model_dir),
+        "--output_dir",
+        str(output_dir),
+        "--max_train_steps",
+        "2",
+        "--max_length",
+        "32",
+        *extra,
+    ]
+
+
+def test_a_folder_with_other_files_is_refused_before_any_work_and_left_as_it_was(tmp_path, corpus):
+    """A fine-tuned classifier's folder with a user's file: pretraining into it is refused in one line naming its
+    files and the way to overwrite; nothing in it changes."""
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    folder = tmp_path / "classifier"
+    folder.mkdir()
+    for name in ("model.safetensors", "config.json", "eval_results.json", "my_notes.txt"):
+        (folder / name).write_text("{}")
+    before = folder_digest(folder)
+    with pytest.raises(UsageError, match="already holds files that are not this run's") as error:
+        pretrain(tiny_pretraining(corpus, folder, max_train_steps=2))
+    assert "config.json, eval_results.json, model.safetensors, my_notes.txt" in str(error.value)
+    assert "--overwrite_output_dir" in str(error.value)
+    assert folder_digest(folder) == before
+    file = tmp_path / "a-file"
+    file.write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        pretrain(tiny_pretraining(corpus, file, max_train_steps=2))
+
+
+@pytest.mark.slow
+def test_overwrite_empties_the_folder_and_a_finished_run_is_not_started_again_by_accident(tmp_path, corpus):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "eval_results.json").write_text("{}")  # a classifier's results, stale for the new model
+    run(pretrain_cmd(corpus, folder, "--max_train_steps", "2", "--overwrite_output_dir"))
+    assert not (folder / "eval_results.json").exists() and (folder / "model.safetensors").exists()
+    again = subprocess.run(
+        pretrain_cmd(corpus, folder, "--max_train_steps", "2"), capture_output=True, text=True, env=env()
+    )
+    line = one_line_error(again)
+    assert "holds a pretraining run: pass --resume_from_checkpoint latest to continue it" in line
+
+
+@pytest.mark.slow
+def test_a_resume_with_other_settings_is_refused_naming_every_difference(tmp_path, corpus):
+    """A run checkpointed at step 2; resumed with another batch size and sequence length: one line naming both
+    (the old and the new value) before the data is read; resumed with more steps (a setting a resume may change):
+    it continues from step 2. Fine-tuning never resumes the pretraining folder."""
+    folder = tmp_path / "out"
+    common = ("--checkpointing_steps", "2", "--config_overrides", "hidden_size=32,num_hidden_layers=2")
+    run(pretrain_cmd(corpus, folder, "--max_train_steps", "2", *common))
+    assert json.loads((folder / "checkpoints" / "step_2" / "run.json").read_text())["stage"] == "pretraining"
+    changed = pretrain_cmd(
+        corpus,
+        folder,
+        *common,
+        "--max_train_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_seq_length",
+        "64",
+        "--resume_from_checkpoint",
+        "latest",
+    )
+    proc = subprocess.run(changed, capture_output=True, text=True, env=env())
+    line = one_line_error(proc)
+    assert "checkpoints/step_2 was written by a run with other settings" in line
+    assert "--max_seq_length 32 (now 64)" in line and "--per_device_train_batch_size 8 (now 4)" in line
+    assert "--max_train_steps" not in line  # a resume may train further
+    assert "Running training" not in proc.stdout
+    longer = run(pretrain_cmd(corpus, folder, *common, "--max_train_steps", "4", "--resume_from_checkpoint", "latest"))
+    assert "Resuming from" in longer.stdout
+    assert [m["step"] for m in metrics(folder) if "train_loss" in m] == [1, 2, 3, 4]
+    # fine-tuning into the pretraining folder
+    proc = subprocess.run(
+        finetune_cmd(folder, folder, "--resume_from_checkpoint", "latest"), capture_output=True, text=True, env=env()
+    )
+    assert "holds a pretraining run; this is fine-tuning" in one_line_error(proc)
+
+
+def test_settings_a_resume_may_change_are_not_differences():
+    recorded = {"stage": "pretraining", "settings": {"learning_rate": 1e-3, "max_train_steps": 10, "processes": 1}}
+    current = {"stage": "pretraining", "settings": {"learning_rate": 2e-3, "max_train_steps": 20, "processes": 2}}
+    assert settings_differences(recorded, current) == ["--learning_rate 0.001 (now 0.002)", "processes 1 (now 2)"]
+    assert {"max_train_steps", "eval_steps", "checkpointing_steps", "output_dir"} <= MAY_CHANGE
+    assert not {"seed", "per_device_train_batch_size", "learning_rate", "config_overrides"} & MAY_CHANGE
+
+
+def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_path):
+    folder = tmp_path / "out"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from sinusoidal_encoder_training.run_folder import take_lock; "
+            f"assert take_lock({str(folder)!r}) is None; print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env(),
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        problem = take_lock(str(folder))
+        assert problem is not None and f"is in use by another run (process {holder.pid} on" in problem
+    finally:
+        holder.kill()
+        holder.wait()
+    assert take_lock(str(folder)) is None  # the lock died with its process
+
+
+@pytest.mark.slow
+def test_sigterm_ends_training_with_the_resume_line_and_status_143(tmp_path, corpus):
+    """What Slurm, Kubernetes and `docker stop` send: no silent death, the newest checkpoint and the command that
+    resumes, as Ctrl-C gives."""
+    out = tmp_path / "out"
+    cmd = pretrain_cmd(corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_4").exists():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    last = stderr.replace("\r", "\n").strip().splitlines()[-1]
+    assert proc.returncode == 143 and "Traceback" not in stderr, stderr[-3000:]
+    assert last.startswith("pretrain.py: interrupted at step ") and "--resume_from_checkpoint latest" in last
+
+
+@pytest.mark.slow
+def test_machines_of_a_launch_that_formed_no_group_stop_before_training(tmp_path, corpus):
+    """`accelerate launch --cpu --num_machines 2` starts each machine's script as one plain process: alone, it would
+    train to the end and write the folder the other machine writes. Stopped in one line, before any work."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launcher = (sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--cpu", "--num_machines", "2")
+    launcher += ("--num_processes", "2", "--machine_rank", "0", "--main_process_ip", "127.0.0.1")
+    launcher += ("--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no")
+    proc = subprocess.run(
+        pretrain_cmd(corpus, tmp_path / "out", "--max_train_steps", "2", launcher=launcher),
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=300,
+    )
+    assert proc.returncode != 0 and "Running training" not in proc.stdout
+    assert "this process runs alone (no process group" in proc.stderr
+    assert not (tmp_path / "out" / "model.safetensors").exists()
