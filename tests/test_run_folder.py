@@ -191,3 +191,48 @@ def test_machines_of_a_launch_that_formed_no_group_stop_before_training(tmp_path
     assert proc.returncode != 0 and "Running training" not in proc.stdout
     assert "this process runs alone (no process group" in proc.stderr
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_run_the_disk_cannot_hold_stops_before_training(tmp_path, corpus, monkeypatch):
+    """The checkpoints a run keeps and its model, estimated before the first step against the disk's free space."""
+    import shutil
+
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1_000_000))
+    config = tiny_pretraining(corpus, tmp_path / "out", max_train_steps=4, checkpointing_steps=1)
+    with pytest.raises(UsageError, match=r"has 0.00 GB free, and this run writes about 0.0\d GB \(4 checkpoint"):
+        pretrain(config)
+    assert not list((tmp_path / "out" / "checkpoints").glob("step_*"))
+
+
+def test_a_failed_final_save_leaves_nothing_half_written_and_says_how_to_save_again(tmp_path, corpus, monkeypatch):
+    """A disk that fills at the final save: no half-written folder, one line naming the newest checkpoint and the
+    resume that saves the model; that resume then saves it."""
+    import errno
+
+    from sinusoidal_encoder_training import export as export_module
+    from sinusoidal_encoder_training.pretraining import export, pretrain
+
+    out = tmp_path / "out"
+    config = tiny_pretraining(corpus, out, max_train_steps=4, checkpointing_steps=2)
+    result = pretrain(config)
+    real = export_module.save_tokenizer
+
+    def full_disk(tokenizer, folder):
+        real(tokenizer, folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export_module, "save_tokenizer", full_disk)
+    with pytest.raises(UsageError) as error:
+        export(config, result)
+    message = str(error.value)
+    assert "failed (OSError: [Errno 28] No space left on device)" in message, message
+    assert f"the newest checkpoint is {out / 'checkpoints' / 'step_4'}" in message
+    assert "--resume_from_checkpoint latest" in message
+    assert not (out / "model.safetensors").exists() and not (out / ".incomplete-export").exists()
+    monkeypatch.setattr(export_module, "save_tokenizer", real)
+    resumed = tiny_pretraining(corpus, out, max_train_steps=4, checkpointing_steps=2, resume_from_checkpoint="latest")
+    export(resumed, pretrain(resumed))
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 from typing import Any
 
 from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from .arguments import TrainingConfig
+from .checkpoints import resolve_checkpoint
 from .command_line import UsageError, debugging
 from .data import DataConfig
 from .hub import error_line, push_folder_to_hub
@@ -143,13 +145,27 @@ def export_model(
     # torch.compile's wrapper off (its keys carry an `_orig_mod.` prefix), DDP's and FSDP's kept: on every process,
     # FSDP gathers the full state on the main one
     state_dict = accelerator.get_state_dict(getattr(model, "_orig_mod", model))
-    failed_upload = None
+    failed_upload, failed_save, fresh = None, None, None
     if accelerator.is_main_process:
         fresh = auto_class.from_config(published_config(accelerator.unwrap_model(model).config))
         fresh.load_state_dict(state_dict)
-        fresh.save_pretrained(config.output_dir)
-        save_tokenizer(tokenizer, config.output_dir)
-        write_sentence_transformers_files(config.output_dir, fresh.config)
+
+        def write(folder: str) -> None:
+            fresh.save_pretrained(folder)
+            save_tokenizer(tokenizer, folder)
+            write_sentence_transformers_files(folder, fresh.config)
+
+        try:
+            save_atomically(config.output_dir, write)
+        except OSError as error:  # a full disk, a folder made read-only meanwhile
+            failed_save = save_failure_line(config.output_dir, error)
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        failed_save = broadcast_object_list([failed_save])[0]
+    if failed_save is not None:
+        raise UsageError(failed_save)
+    if accelerator.is_main_process:
         accelerator.print(f"saved the model to {config.output_dir}")
         pictures = optional_step("draw the pictures", draw_pictures, config.output_dir, fresh.config)
         optional_step(
@@ -181,6 +197,38 @@ def export_model(
             f"({error_line(failed_upload)}); "
             f"retry with: sinusoidal-encoder-publish {config.output_dir} --hub_model_id {config.hub_model_id}"
         ) from failed_upload
+
+
+def save_atomically(output_dir: str, write) -> None:
+    """`write(folder)` into a temporary folder inside `output_dir`, then each of its entries moved into place: a
+    save that fails (a full disk) leaves no half-written weights, and the folder as it was."""
+    temporary = os.path.join(output_dir, ".incomplete-export")
+    shutil.rmtree(temporary, ignore_errors=True)
+    os.makedirs(temporary)
+    try:
+        write(temporary)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    for name in os.listdir(temporary):
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(temporary, name), target)
+    os.rmdir(temporary)
+
+
+def save_failure_line(output_dir: str, error: OSError) -> str:
+    """What a user is told when the final save fails: nothing half-written, and how to save it again."""
+    newest = resolve_checkpoint(output_dir, "latest")
+    again = (
+        f"the newest checkpoint is {newest}: free space (or fix the folder), then run the same command with "
+        "--resume_from_checkpoint latest, which resumes there and saves the model (steps after that checkpoint are "
+        "trained again)"
+        if newest
+        else "no checkpoint was saved (--checkpointing_steps), so the run must be trained again once it can be saved"
+    )
+    return f"saving the model to {output_dir} failed ({error_line(error)}); nothing was left half-written; {again}."
 
 
 def optional_step(what: str, function, *args, **kwargs):
