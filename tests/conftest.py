@@ -167,6 +167,35 @@ def metrics(output_dir):
     return [json.loads(line) for line in (Path(output_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def assert_same_training(a: list[dict], b: list[dict]) -> None:
+    """Two metrics logs of the same steps agree: losses and learning rates within float rounding, and every
+    validation block counted once in both."""
+    assert [m["step"] for m in a] == [m["step"] for m in b]
+    for x, y in zip(a, b, strict=True):
+        for key in ("train_loss", "eval_loss", "learning_rate"):
+            if key in x:
+                assert y[key] == pytest.approx(x[key], rel=1e-4), (x["step"], key)
+        if "eval_masked_tokens" in x:  # every validation block counted once, none twice
+            assert x["eval_masked_tokens"] == y["eval_masked_tokens"]
+
+
+def run_command(main, program: str, argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`training/PROGRAM ARGV` in-process: the command's `main` behind the command-line front
+    (`command_line.command`). Returns (exit status, stdout, stderr)."""
+    from sinusoidal_encoder_training.command_line import command
+
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", [program, *map(str, argv)])
+    capsys.readouterr()  # what came before
+    try:
+        command(main)()
+        status = 0
+    except SystemExit as stopped:
+        status = stopped.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 class FakeHfApi:
     """Stands in for huggingface_hub's `HfApi` offline: `whoami` answers for `user` (member of `orgs`, a token of
     `role`) or raises `fail_whoami`; `create_repo` and `create_commit` are recorded in `calls`, and the committed

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, env, tiny_config
+from conftest import REPO, env, run_command, tiny_config
 
 pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
 onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx (the `integrations` extra)")
@@ -66,18 +66,7 @@ def save_head(folder, model_class, **config_overrides):
 
 def export_command(argv, monkeypatch, capsys):
     """`training/export_onnx.py ARGV` in-process, behind the command-line front: (exit status, stdout, stderr)."""
-    from sinusoidal_encoder_training.command_line import command
-
-    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
-    monkeypatch.setattr(sys, "argv", ["export_onnx.py", *map(str, argv)])
-    capsys.readouterr()  # what saving the folder printed
-    try:
-        command(onnx_export.main)()
-        status = 0
-    except SystemExit as stopped:
-        status = stopped.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return run_command(onnx_export.main, "export_onnx.py", argv, monkeypatch, capsys)
 
 
 def assert_one_line_refusal(status, err, *expected):

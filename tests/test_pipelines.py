@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import run_command, tiny_config
 from transformers import pipeline
 
 import sinusoidal_encoder as se
@@ -174,18 +174,8 @@ def test_question_answering_answers_start_at_words(tmp_path, tokenizer):
 def fill_mask_command(argv, monkeypatch, capsys):
     """`training/fill_mask.py ARGV` in-process, behind the command-line front: (exit status, stdout, stderr)."""
     from sinusoidal_encoder_training import fill_mask
-    from sinusoidal_encoder_training.command_line import command
 
-    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
-    monkeypatch.setattr("sys.argv", ["fill_mask.py", *map(str, argv)])
-    capsys.readouterr()  # what saving the folder printed
-    try:
-        command(fill_mask.main)()
-        status = 0
-    except SystemExit as stopped:
-        status = stopped.code
-    captured = capsys.readouterr()
-    return status, captured.out, captured.err
+    return run_command(fill_mask.main, "fill_mask.py", argv, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from conftest import (
     TINY,
     VOCAB_SIZE,
     FakeHfApi,
+    assert_same_training,
     env,
     metrics,
     pretrain_cmd,
@@ -429,14 +430,7 @@ def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
         ACCELERATE_USE_CPU="1",
     )
     assert "Processes = 2" in proc.stdout
-    a, b = metrics(one), metrics(two)
-    assert [m["step"] for m in a] == [m["step"] for m in b]
-    for x, y in zip(a, b, strict=True):
-        for key in ("train_loss", "eval_loss", "learning_rate"):
-            if key in x:
-                assert y[key] == pytest.approx(x[key], rel=1e-4), (x["step"], key)
-        if "eval_masked_tokens" in x:  # every validation block counted once, none twice
-            assert x["eval_masked_tokens"] == y["eval_masked_tokens"]
+    assert_same_training(metrics(one), metrics(two))
 
 
 @pytest.mark.slow
@@ -591,9 +585,11 @@ def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_pat
 
 
 @pytest.mark.slow
-def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp_path, small_corpus):
+@pytest.mark.parametrize("stop, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp_path, small_corpus, stop, status):
     """SIGINT (Ctrl-C) during training: no KeyboardInterrupt traceback, one line naming the newest complete
-    checkpoint and the same command with `--resume_from_checkpoint latest`, exit status 130."""
+    checkpoint and the same command with `--resume_from_checkpoint latest`, exit status 130. SIGTERM (what Slurm,
+    Kubernetes and `docker stop` send) the same, exit status 143."""
     out = tmp_path / "out"
     cmd = pretrain_cmd(small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
     proc = subprocess.Popen(
@@ -610,10 +606,10 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp
     while not (out / "checkpoints" / "step_4").exists():
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=120)
     last = stderr.replace("\r", "\n").strip().splitlines()[-1]
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert proc.returncode == status and "Traceback" not in stderr, stderr[-3000:]
     newest = sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))[-1]
     assert last.startswith("pretrain.py: interrupted at step "), last
     assert f"the newest checkpoint is {out / 'checkpoints' / f'step_{newest}'}" in last, last

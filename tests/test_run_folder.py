@@ -1,14 +1,12 @@
 """The output folder is the user's (run_folder.py): a folder holding anything but this run's files is refused before
 any work unless `--overwrite_output_dir` empties it; a resume is the same run or refused, naming every setting that
-differs; one run writes a folder at a time; SIGTERM ends training like Ctrl-C, with the resume line."""
+differs; one run writes a folder at a time (SIGTERM, which ends training like Ctrl-C: tests/test_pretraining.py)."""
 
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import env, folder_digest, metrics, pretrain_cmd, run, tiny_pretraining, write_text_corpus
@@ -149,24 +147,6 @@ def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_pa
         holder.kill()
         holder.wait()
     assert take_lock(str(folder)) is None  # the lock died with its process
-
-
-@pytest.mark.slow
-def test_sigterm_ends_training_with_the_resume_line_and_status_143(tmp_path, corpus):
-    """What Slurm, Kubernetes and `docker stop` send: no silent death, the newest checkpoint and the command that
-    resumes, as Ctrl-C gives."""
-    out = tmp_path / "out"
-    cmd = pretrain_cmd(corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while not (out / "checkpoints" / "step_4").exists():
-        assert proc.poll() is None and time.time() < deadline
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=120)
-    last = stderr.replace("\r", "\n").strip().splitlines()[-1]
-    assert proc.returncode == 143 and "Traceback" not in stderr, stderr[-3000:]
-    assert last.startswith("pretrain.py: interrupted at step ") and "--resume_from_checkpoint latest" in last
 
 
 @pytest.mark.slow
