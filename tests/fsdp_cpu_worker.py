@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -114,9 +115,26 @@ def main() -> None:
         mean_losses = [loss.item() for loss in losses]
         with open(os.path.join(args.export, "run.json"), "w") as handle:
             json.dump({"losses": mean_losses, "local_parameters": sum(sharded_sizes)}, handle)
-    dist.barrier()
+    dist.barrier()  # neither process leaves while the other still communicates
     dist.destroy_process_group()
+
+
+def leave() -> None:
+    """End the process without the interpreter's finalization, once `main` has returned: every file is written and
+    closed and both processes are through the final barrier.
+
+    A plain exit aborts at random under load ("terminate called without an active exception", SIGABRT, torchrun fails
+    the launch). gloo runs each collective on a worker thread, which lets go of the work a moment after the caller has
+    returned from it; a barrier's work also holds on to the works still in flight when it was issued (here the
+    all-gather just before it), and `destroy_process_group` does not join those threads (torch 2.13). Freeing such a
+    work's tensors takes the GIL (their Python objects belong to the C++ tensors by then); if the main thread is
+    already in `Py_FinalizeEx`, CPython ends the waiting thread with `pthread_exit`, whose unwinding through the
+    work's noexcept destructor calls `std::terminate`. Skipping finalization leaves that thread nothing to race."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
+    leave()
