@@ -1,8 +1,8 @@
 """The encoder against BERT of the same shape on one CUDA GPU: bf16 training and inference, eager and compiled.
 
     python -m benchmarks.gpu --output results/gpu      # every cell; writes gpu-benchmark.md and .json in results/gpu
-    python -m benchmarks.gpu --output /tmp/gpu --sizes base --paths train --modes eager --repeats 50   # one cell
-    python -m benchmarks.gpu --output /tmp/gpu --device cpu --sizes tiny --modes eager   # the same code on a CPU
+    python -m benchmarks.gpu --output results/x --sizes base --paths train --modes eager --repeats 50   # one cell
+    python -m benchmarks.gpu --output results/x --device cpu --sizes tiny --modes eager   # the same code on a CPU
 
 Three paths at the pretraining script's size presets (`base` and `small` by default): a masked-LM training step (256 ×
 128 tokens, BERT's pretraining batch at that length, 15% masked; the forward under `torch.autocast` in bf16 with fp32
