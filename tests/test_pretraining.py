@@ -29,6 +29,7 @@ from conftest import (
     pretrain_cmd,
     random_ids,
     run,
+    run_command,
     tiny_config,
     tiny_pretraining,
     write_text_corpus,
@@ -341,65 +342,63 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
 
 
 @pytest.mark.slow
-def test_an_interrupted_checkpoint_save_is_never_picked(tmp_path, corpus):
-    out = tmp_path / "out"
-    run(pretrain_cmd(corpus, out, "--max_train_steps", "4", "--checkpointing_steps", "2"))
-    broken = out / "checkpoints" / ".incomplete-step_6"
-    broken.mkdir()
-    (broken / "model.safetensors").write_text("half written")
-    proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "6", "--resume_from_checkpoint", "latest"))
-    assert f"Resuming from {out / 'checkpoints' / 'step_4'}" in proc.stdout
-
-
-@pytest.mark.slow
-def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, corpus):
+def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, corpus, monkeypatch, capsys):
     """A checkpoint is taken only if it is whole (its manifest's files present at their sizes, safetensors readable):
     a truncated model file, a deleted optimizer file or a garbled header in the newer checkpoints is named and
-    skipped, and the run resumes from the newest whole one. Passed by path, a damaged checkpoint stops the command
-    before any work with one line naming the damage."""
+    skipped, a save interrupted before its rename is no checkpoint, and the run resumes from the newest whole one.
+    Passed by path, a damaged checkpoint stops the command before any work with one line naming the damage. (The
+    commands run in-process.)"""
+    from sinusoidal_encoder_training import pretraining
     from sinusoidal_encoder_training.checkpoints import MANIFEST, checkpoint_damage
 
+    def pretrain(out, *argv):
+        return run_command(pretraining.main, "pretrain.py", pretrain_cmd(corpus, out, *argv)[2:], monkeypatch, capsys)
+
     out = tmp_path / "out"
-    run(pretrain_cmd(corpus, out, "--max_train_steps", "6", "--checkpointing_steps", "2"))
+    assert pretrain(out, "--max_train_steps", "6", "--checkpointing_steps", "2")[0] == 0
     folders = {step: out / "checkpoints" / f"step_{step}" for step in (2, 4, 6)}
     assert all((folder / MANIFEST).exists() and checkpoint_damage(str(folder)) is None for folder in folders.values())
     model = folders[6] / "model.safetensors"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])  # cut short, as by a full disk
     (folders[4] / "optimizer.bin").unlink()
+    interrupted = out / "checkpoints" / ".incomplete-step_8"  # a save killed before its rename: never a checkpoint
+    interrupted.mkdir()
+    (interrupted / "model.safetensors").write_text("half written")
     assert "model.safetensors has" in checkpoint_damage(str(folders[6]))
     assert checkpoint_damage(str(folders[4])) == "optimizer.bin is missing"
-    proc = run(pretrain_cmd(corpus, out, "--max_train_steps", "8", "--resume_from_checkpoint", "latest"))
-    assert f"Skipping the damaged checkpoint {folders[6]}: model.safetensors has" in proc.stdout
-    assert f"Skipping the damaged checkpoint {folders[4]}: optimizer.bin is missing" in proc.stdout
-    assert f"Resuming from {folders[2]}" in proc.stdout
+    status, stdout, _ = pretrain(out, "--max_train_steps", "8", "--resume_from_checkpoint", "latest")
+    assert status == 0
+    assert f"Skipping the damaged checkpoint {folders[6]}: model.safetensors has" in stdout
+    assert f"Skipping the damaged checkpoint {folders[4]}: optimizer.bin is missing" in stdout
+    assert f"Resuming from {folders[2]}" in stdout and "incomplete" not in stdout
 
     garbled = tmp_path / "garbled"
     shutil.copytree(folders[2], garbled)
     header = garbled / "model.safetensors"
     header.write_bytes(b"\xff" * 8 + header.read_bytes()[8:])  # same size, unreadable header
     assert "model.safetensors cannot be read" in checkpoint_damage(str(garbled))
-    stopped = subprocess.run(
-        pretrain_cmd(corpus, tmp_path / "again", "--resume_from_checkpoint", str(garbled)),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env(),
-    )
-    lines = stopped.stderr.strip().splitlines()
+    status, _, stderr = pretrain(tmp_path / "again", "--resume_from_checkpoint", str(garbled))
+    lines = stderr.strip().splitlines()
     expected = f"pretrain.py: error: --resume_from_checkpoint {str(garbled)!r} is damaged: model.safetensors cannot"
-    assert stopped.returncode == 2 and len(lines) == 1 and lines[0].startswith(expected), stopped.stderr[-2000:]
-    assert "Pass another checkpoint, or 'latest'" in stopped.stderr and not (tmp_path / "again").exists()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(expected), stderr[-2000:]
+    assert "Pass another checkpoint, or 'latest'" in stderr and not (tmp_path / "again").exists()
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_losses_of_one(tmp_path, corpus):
-    """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise."""
+def test_two_processes_give_the_losses_of_one(tmp_path, corpus, monkeypatch, capsys):
+    """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise (the one
+    process runs in-process)."""
+    from sinusoidal_encoder_training import pretraining
+
     no_dropout = (
         TINY + ",hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
     )  # dropout streams differ per process
     common = ("--max_train_steps", "5", "--eval_steps", "5", "--config_overrides", no_dropout)
     one = tmp_path / "one"
-    run(pretrain_cmd(corpus, one, *common, "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8"))
+    argv = pretrain_cmd(
+        corpus, one, *common, "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8"
+    )
+    assert run_command(pretraining.main, "pretrain.py", argv[2:], monkeypatch, capsys)[0] == 0
     two = tmp_path / "two"
     launcher = (
         ACCELERATE,
@@ -584,14 +583,53 @@ def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_pat
     assert not (tmp_path / "out" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("first, second", [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGINT)])
+def test_a_first_signal_asks_the_loop_to_stop_and_a_second_stops_at_once(capsys, first, second):
+    """The first SIGINT or SIGTERM only records the request (the loop stops after the step in progress and saves
+    it), with one line; the second raises at once, as its own kind; the handlers before training come back."""
+    from sinusoidal_encoder_training.command_line import Interrupted, Terminated
+    from sinusoidal_encoder_training.loop import StopRequest
+
+    # as in a terminal (a suite started with `&` has SIGINT ignored, which install() leaves as it is)
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    before = {signum: signal.getsignal(signum) for signum in StopRequest.SIGNALS}
+    stop = StopRequest(announce=True, checkpoints=True)
+    stop.install()
+    try:
+        assert not stop.requested
+        os.kill(os.getpid(), first)
+        time.sleep(0.01)  # Python runs the handler at the next bytecode
+        assert stop.requested and stop.kind is (Terminated if first == signal.SIGTERM else Interrupted)
+        line = f"{first.name}: stopping after the step in progress (saving a checkpoint of it, a second {first.name} "
+        assert line + "stops at once)" in capsys.readouterr().err
+        with pytest.raises(Interrupted) as raised:
+            os.kill(os.getpid(), second)
+            time.sleep(1)
+        assert type(raised.value) is (Terminated if second == signal.SIGTERM else Interrupted)
+    finally:
+        stop.uninstall()
+        after = {signum: signal.getsignal(signum) for signum in StopRequest.SIGNALS}
+        signal.signal(signal.SIGINT, ignored)
+    assert after == before
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("stop, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp_path, small_corpus, stop, status):
-    """SIGINT (Ctrl-C) during training: no KeyboardInterrupt traceback, one line naming the newest complete
-    checkpoint and the same command with `--resume_from_checkpoint latest`, exit status 130. SIGTERM (what Slurm,
-    Kubernetes and `docker stop` send) the same, exit status 143."""
+@pytest.mark.parametrize(
+    "stop, status, checkpointing",
+    [(signal.SIGINT, 130, "2"), (signal.SIGTERM, 143, "1000")],
+    ids=["SIGINT-checkpoints-due", "SIGTERM-between-checkpoints"],
+)
+def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
+    tmp_path, small_corpus, stop, status, checkpointing
+):
+    """SIGINT (Ctrl-C) during training: the step in progress finishes and is saved as a checkpoint, then one line
+    (no KeyboardInterrupt traceback) names that checkpoint and the same command with `--resume_from_checkpoint
+    latest`, exit status 130. SIGTERM (what Slurm, Kubernetes and `docker stop` send) the same, exit status 143, and
+    the step is saved even when no checkpoint is due for a long while."""
     out = tmp_path / "out"
-    cmd = pretrain_cmd(small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "2")
+    cmd = pretrain_cmd(
+        small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", checkpointing, "--logging_steps", "1"
+    )
     proc = subprocess.Popen(
         cmd,
         env=env(),
@@ -603,14 +641,17 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(tmp
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 300
-    while not (out / "checkpoints" / "step_4").exists():
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.02)
     proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=120)
     last = stderr.replace("\r", "\n").strip().splitlines()[-1]
     assert proc.returncode == status and "Traceback" not in stderr, stderr[-3000:]
-    newest = sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))[-1]
-    assert last.startswith("pretrain.py: interrupted at step "), last
-    assert f"the newest checkpoint is {out / 'checkpoints' / f'step_{newest}'}" in last, last
+    assert f"{stop.name}: stopping after the step in progress (saving a checkpoint of it, " in stderr, stderr[-3000:]
+    steps = sorted(int(p.name.split("_")[1]) for p in (out / "checkpoints").glob("step_*"))
+    assert steps[-1] >= 5, steps
+    assert last.startswith(f"pretrain.py: interrupted at step {steps[-1]}; "), last
+    assert f"the newest checkpoint is {out / 'checkpoints' / f'step_{steps[-1]}'}" in last, last
     assert last.endswith(f"resume with: python {PRETRAIN} {shlex.join(cmd[2:])} --resume_from_checkpoint latest")

@@ -9,7 +9,16 @@ import subprocess
 import sys
 
 import pytest
-from conftest import env, folder_digest, metrics, pretrain_cmd, run, tiny_pretraining, write_text_corpus
+from conftest import (
+    env,
+    folder_digest,
+    metrics,
+    pretrain_cmd,
+    run,
+    run_command,
+    tiny_pretraining,
+    write_text_corpus,
+)
 
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.run_folder import MAY_CHANGE, settings_differences, take_lock
@@ -20,10 +29,15 @@ def corpus(tmp_path_factory):
     return write_text_corpus(tmp_path_factory.mktemp("corpus"), n_train=25, n_validation=6)
 
 
-def one_line_error(proc: subprocess.CompletedProcess) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+def one_line(status: int, stderr: str) -> str:
+    """The one line (status 2, no traceback) a refused command writes."""
+    lines = stderr.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
     return lines[0]
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    return one_line(proc.returncode, proc.stderr)
 
 
 def finetune_cmd(model_dir, output_dir, *extra):
@@ -81,17 +95,22 @@ def test_overwrite_empties_the_folder_and_a_finished_run_is_not_started_again_by
 
 
 @pytest.mark.slow
-def test_a_resume_with_other_settings_is_refused_naming_every_difference(tmp_path, corpus):
+def test_a_resume_with_other_settings_is_refused_naming_every_difference(tmp_path, corpus, monkeypatch, capsys):
     """A run checkpointed at step 2; resumed with another batch size and sequence length: one line naming both
     (the old and the new value) before the data is read; resumed with more steps (a setting a resume may change):
-    it continues from step 2. Fine-tuning never resumes the pretraining folder."""
+    it continues from step 2. Fine-tuning never resumes the pretraining folder. (The commands run in-process.)"""
+    from sinusoidal_encoder_training import finetuning, pretraining
+
+    def pretrain(*argv):
+        return run_command(
+            pretraining.main, "pretrain.py", pretrain_cmd(corpus, folder, *argv)[2:], monkeypatch, capsys
+        )
+
     folder = tmp_path / "out"
     common = ("--checkpointing_steps", "2", "--config_overrides", "hidden_size=32,num_hidden_layers=2")
-    run(pretrain_cmd(corpus, folder, "--max_train_steps", "2", *common))
+    assert pretrain("--max_train_steps", "2", *common)[0] == 0
     assert json.loads((folder / "checkpoints" / "step_2" / "run.json").read_text())["stage"] == "pretraining"
-    changed = pretrain_cmd(
-        corpus,
-        folder,
+    status, out, err = pretrain(
         *common,
         "--max_train_steps",
         "4",
@@ -102,20 +121,18 @@ def test_a_resume_with_other_settings_is_refused_naming_every_difference(tmp_pat
         "--resume_from_checkpoint",
         "latest",
     )
-    proc = subprocess.run(changed, capture_output=True, text=True, env=env())
-    line = one_line_error(proc)
+    line = one_line(status, err)
     assert "checkpoints/step_2 was written by a run with other settings" in line
     assert "--max_seq_length 32 (now 64)" in line and "--per_device_train_batch_size 8 (now 4)" in line
     assert "--max_train_steps" not in line  # a resume may train further
-    assert "Running training" not in proc.stdout
-    longer = run(pretrain_cmd(corpus, folder, *common, "--max_train_steps", "4", "--resume_from_checkpoint", "latest"))
-    assert "Resuming from" in longer.stdout
+    assert "Running training" not in out
+    status, out, _ = pretrain(*common, "--max_train_steps", "4", "--resume_from_checkpoint", "latest")
+    assert status == 0 and "Resuming from" in out
     assert [m["step"] for m in metrics(folder) if "train_loss" in m] == [1, 2, 3, 4]
     # fine-tuning into the pretraining folder
-    proc = subprocess.run(
-        finetune_cmd(folder, folder, "--resume_from_checkpoint", "latest"), capture_output=True, text=True, env=env()
-    )
-    assert "holds a pretraining run; this is fine-tuning" in one_line_error(proc)
+    argv = finetune_cmd(folder, folder, "--resume_from_checkpoint", "latest")[2:]
+    status, _, err = run_command(finetuning.main, "finetune.py", argv, monkeypatch, capsys)
+    assert "holds a pretraining run; this is fine-tuning" in one_line(status, err)
 
 
 def test_settings_a_resume_may_change_are_not_differences():
@@ -216,3 +233,43 @@ def test_a_failed_final_save_leaves_nothing_half_written_and_says_how_to_save_ag
     resumed = tiny_pretraining(corpus, out, max_train_steps=4, checkpointing_steps=2, resume_from_checkpoint="latest")
     export(resumed, pretrain(resumed))
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+
+def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, corpus, monkeypatch):
+    """A folder the user cannot write to (os.access: permissions, a read-only mount), a path under a file, and a
+    write that fails all the same (a full or read-only disk found by the first file): one line each, nothing left
+    locked. (Permission bits cannot be tried as root, who may write anyway: os.access answers as the kernel would.)"""
+    import errno
+    import os
+
+    from sinusoidal_encoder_training import run_folder
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    file = tmp_path / "a-file"
+    file.write_text("")
+    with pytest.raises(UsageError, match=f"{file} is a file, not a folder: choose a folder"):
+        pretrain(tiny_pretraining(corpus, file / "out", max_train_steps=2))
+
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: False if str(path) == str(folder) else real_access(path, mode)
+    )
+    with pytest.raises(UsageError, match=f"{folder} is not writable: choose a folder you can write to"):
+        pretrain(tiny_pretraining(corpus, folder / "out", max_train_steps=2))
+    assert list(folder.iterdir()) == []
+    monkeypatch.undo()
+
+    def full_disk(folder, run):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(folder, run_folder.RUN_FILE))
+
+    monkeypatch.setattr(run_folder, "write_run", full_disk)
+    out = tmp_path / "out"
+    with pytest.raises(UsageError) as error:
+        pretrain(tiny_pretraining(corpus, out, max_train_steps=2))
+    assert str(error.value) == (
+        f"--output_dir {out}: cannot write {out / 'checkpoints' / 'run.json'} (No space left on device): choose a "
+        "folder you can write to."
+    )
+    assert str(out) not in run_folder._held_locks

@@ -22,7 +22,10 @@ def teacher_or_skip() -> str:
     return distillation.resolve_teacher(distillation.DEFAULT_TEACHER)
 
 
-def exported_folder(folder, tokenizer, hidden_size: int = 32) -> str:
+def exported_folder(folder, tokenizer, hidden_size: int = 32, seed: int = 0) -> str:
+    """A randomly initialised model (seeded: the same weights whichever tests ran before on this worker) saved as a
+    sentence-transformers folder."""
+    torch.manual_seed(seed)
     config = tiny_config(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,

@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from .arguments import TrainingConfig
-from .checkpoints import resolve_checkpoint, save_checkpoint
+from .checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
 from .command_line import Interrupted, Terminated, UsageError
 from .metrics_log import MetricsLog, format_metrics
 
@@ -278,8 +278,10 @@ def train(
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_units = torch.zeros((), dtype=torch.float64, device=device)
     window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
-    previous_handler = _terminate_as_interrupt()
+    stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps))
+    stopping = False
     try:
+        stop.install()
         while progress.completed_steps < max_train_steps:
             task.start_epoch(progress.epoch)
             loader = train_loader
@@ -296,9 +298,14 @@ def train(
                     [
                         sum(task.loss_units(b) for b in window).to(device, torch.float64),
                         sum(task.tokens(b) for b in window).to(device, torch.float64),
+                        torch.tensor(float(stop.requested), dtype=torch.float64, device=device),
                     ]
                 )
-                units, tokens = accelerator.reduce(local, reduction="sum").tolist()
+                # one reduction gives the step's units and tokens, and whether any process was asked to stop
+                units, tokens, requests = accelerator.reduce(local, reduction="sum").tolist()
+                if requests:
+                    stopping = True
+                    break
                 # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
                 scale = world * config.gradient_accumulation_steps / max(units, 1.0)
                 for batch in window:
@@ -345,7 +352,7 @@ def train(
                         bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
                 if config.checkpointing_steps and step % config.checkpointing_steps == 0:
                     save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
-            if progress.completed_steps >= max_train_steps:
+            if stopping or progress.completed_steps >= max_train_steps:
                 break
             if streaming:
                 steps = progress.completed_steps
@@ -353,13 +360,23 @@ def train(
                 break
             progress.epoch += 1
             progress.batches_in_epoch = 0
-    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: one line on where training stands and how to go on
+        if not stopping:  # a request during the last step, after its reduction
+            requests = torch.tensor(float(stop.requested), dtype=torch.float64, device=device)
+            stopping = bool(accelerator.reduce(requests, reduction="sum").item())
+        if stopping:  # every process agrees: the step is complete, save it unless it is saved already
+            bar.close()
+            step = progress.completed_steps
+            if config.checkpointing_steps and step and step not in dict(complete_checkpoints(config.output_dir)):
+                save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
+            raise stop.kind(interruption_line(config, step))
+    except KeyboardInterrupt as interruption:  # a second Ctrl-C or SIGTERM: at once, from where training stands
+        if isinstance(interruption, Interrupted) and interruption.args:  # the agreed stop above, line and all
+            raise
         bar.close()
-        kind = Terminated if isinstance(stop, Terminated) else Interrupted
+        kind = Terminated if isinstance(interruption, Terminated) else Interrupted
         raise kind(interruption_line(config, progress.completed_steps)) from None
     finally:
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
+        stop.uninstall()
     bar.close()
 
     final = task.evaluate(model, eval_loader, accelerator)
@@ -403,17 +420,55 @@ def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -
         )
 
 
-def _terminate_as_interrupt():
-    """While training, SIGTERM (Slurm's, Kubernetes', `docker stop`'s) interrupts as Ctrl-C does, as `Terminated`:
-    the resume line instead of a silent death. Returns the handler it replaced (None off the main thread, where
-    Python cannot install one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
+class StopRequest:
+    """Ctrl-C (SIGINT) and SIGTERM (Slurm's, Kubernetes', `docker stop`'s) while training: the first one asks the
+    loop to stop after the optimizer step in progress, which every process learns at the next step's reduction, so
+    that they stop at the same step and save its checkpoint together (when the run saves checkpoints); a second one
+    stops at once (`Interrupted`, status 130, or `Terminated`, 143, raised from the handler). Handlers are installed
+    on the main thread only (Python cannot install them elsewhere) and the previous ones put back by `uninstall`;
+    forked DataLoader workers inherit them and leave the stopping to the training process."""
 
-    def terminated(signum, frame):
-        raise Terminated()
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    return signal.signal(signal.SIGTERM, terminated)
+    def __init__(self, announce: bool, checkpoints: bool):
+        self.announce, self.checkpoints = announce, checkpoints
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+        self.pid = os.getpid()
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def kind(self) -> type[Interrupted]:
+        return Terminated if self.signum == signal.SIGTERM else Interrupted
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            if signal.getsignal(signum) is signal.SIG_IGN:  # e.g. SIGINT of a command started with `&`: leave it
+                continue
+            self.previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        if os.getpid() != self.pid:  # a forked DataLoader worker: its process stops it
+            return
+        if self.requested:
+            raise (Terminated if signum == signal.SIGTERM else Interrupted)()
+        self.signum = signum
+        if self.announce:
+            saving = "saving a checkpoint of it, " if self.checkpoints else ""
+            name = signal.Signals(signum).name
+            line = f"{name}: stopping after the step in progress ({saving}a second {name} stops at once)"
+            sys.stderr.write(f"\n{line}\n")
+            sys.stderr.flush()
 
 
 def interruption_line(config: TrainingConfig, step: int) -> str:

@@ -165,6 +165,8 @@ def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool)
                 "--output_dir."
             )
     parent = output_dir if os.path.isdir(output_dir) else _existing_parent(output_dir)
+    if not os.path.isdir(parent):
+        return f"--output_dir {output_dir}: {parent} is a file, not a folder: choose a folder."
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"--output_dir {output_dir}: {parent} is not writable: choose a folder you can write to."
     return None
@@ -239,15 +241,23 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
         if problem is None and resuming and not config.overwrite_output_dir:
             checkpoint = resolve_checkpoint(output_dir, config.resume_from_checkpoint)
             problem = check_resume(checkpoint, run) if checkpoint else None
-        if problem is None:
-            os.makedirs(output_dir, exist_ok=True)
-            problem = take_lock(output_dir)
-        if problem is None:
-            if config.overwrite_output_dir:
-                release_lock(output_dir)
-                empty_folder(output_dir)
+        try:
+            if problem is None:
+                os.makedirs(output_dir, exist_ok=True)
                 problem = take_lock(output_dir)
-            write_run(checkpoints_dir(output_dir), run)
+            if problem is None:
+                if config.overwrite_output_dir:
+                    release_lock(output_dir)
+                    empty_folder(output_dir)
+                    problem = take_lock(output_dir)
+                write_run(checkpoints_dir(output_dir), run)
+        except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
+            release_lock(output_dir)
+            where = error.filename or output_dir
+            problem = (
+                f"--output_dir {output_dir}: cannot write {where} ({error.strerror}): choose a folder you can write "
+                "to."
+            )
     problem = broadcast_object_list([problem])[0] if accelerator.num_processes > 1 else problem
     if problem is not None:
         raise UsageError(problem)
