@@ -5,6 +5,7 @@ differs; one run writes a folder at a time (SIGTERM, which ends training like Ct
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ from conftest import (
 )
 
 from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.run_folder import MAY_CHANGE, settings_differences, take_lock
+from sinusoidal_encoder_training.run_folder import MAY_CHANGE, release_lock, settings_differences, take_lock
 
 
 @pytest.fixture(scope="module")
@@ -163,15 +164,21 @@ def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_pa
     finally:
         holder.kill()
         holder.wait()
-    assert take_lock(str(folder)) is None  # the lock died with its process
+    said = []
+    assert take_lock(str(folder), report=said.append) is None  # the lock died with its process
+    assert said == [
+        f"Taking over the lock of {folder} from process {holder.pid} on {socket.gethostname()}, which ended "
+        "without releasing it"
+    ]
+    release_lock(str(folder))  # as at the end of a run
+    assert take_lock(str(folder), report=said.append) is None and len(said) == 1  # nothing to take over
+    release_lock(str(folder))
 
 
 @pytest.mark.slow
 def test_machines_of_a_launch_that_formed_no_group_stop_before_training(tmp_path, corpus):
     """`accelerate launch --cpu --num_machines 2` starts each machine's script as one plain process: alone, it would
     train to the end and write the folder the other machine writes. Stopped in one line, before any work."""
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

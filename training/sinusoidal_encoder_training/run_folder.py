@@ -10,17 +10,20 @@ or refused.
   resume compares the checkpoint's with its own and names, in one line, every setting that differs, except those a
   resume may change (`MAY_CHANGE`): then the continued run is the run that was interrupted.
 - One writer: the main process holds a lock on `checkpoints/.lock` (`fcntl.flock`) for the run's life. A second run
-  on the folder is refused with the first one's process id; the lock of a process that died goes with it.
+  on the folder is refused with the first one's process id; the lock of a process that was killed goes with it,
+  and the next run says it takes it over.
 
 Every process of a launch takes the same decision: the main process checks, and its answer is shared."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .checkpoints import CHECKPOINT_PATTERN, RUN_FILE, checkpoints_dir
@@ -183,8 +186,10 @@ def _existing_parent(path: str) -> str:
     return path
 
 
-def take_lock(output_dir: str) -> str | None:
-    """Lock `output_dir` for this process (held until it exits), or say which process holds it."""
+def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> str | None:
+    """Lock `output_dir` for this process (held until it exits or `release_lock`), or say which process holds it.
+    The lock file names its holder while held and is emptied when released: a name found in a lock that is free is
+    a holder that was killed, whose lock is taken over with a line to `report`."""
     import fcntl
 
     if output_dir in _held_locks:
@@ -202,8 +207,13 @@ def take_lock(output_dir: str) -> str | None:
             f"--output_dir {output_dir} is in use by another run ({holder}): wait for it to end, or choose another "
             "--output_dir."
         )
+    dead = os.read(fd, 200).decode(errors="replace").strip()
+    if dead and report is not None:
+        report(f"Taking over the lock of {output_dir} from {dead}, which ended without releasing it")
     os.ftruncate(fd, 0)
-    os.write(fd, f"process {os.getpid()} on {socket.gethostname()}".encode())
+    os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+    if not _held_locks:
+        atexit.register(release_all_locks)  # a run that ends (normally, by an error or by a signal) releases them
     _held_locks[output_dir] = fd
     return None
 
@@ -211,7 +221,16 @@ def take_lock(output_dir: str) -> str | None:
 def release_lock(output_dir: str) -> None:
     fd = _held_locks.pop(output_dir, None)
     if fd is not None:
+        os.ftruncate(fd, 0)
         os.close(fd)
+
+
+def release_all_locks() -> None:
+    for output_dir in list(_held_locks):
+        try:
+            release_lock(output_dir)
+        except OSError:  # the folder went (removed by the user): nothing to release
+            pass
 
 
 def empty_folder(folder: str) -> None:
@@ -244,7 +263,7 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
         try:
             if problem is None:
                 os.makedirs(output_dir, exist_ok=True)
-                problem = take_lock(output_dir)
+                problem = take_lock(output_dir, report=print)
             if problem is None:
                 if config.overwrite_output_dir:
                     release_lock(output_dir)
