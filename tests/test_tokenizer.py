@@ -45,11 +45,15 @@ def test_shipped_tokenizer_loads_with_auto_tokenizer(tokenizer):
 
 @pytest.mark.parametrize("name", list(TEXTS))
 def test_no_text_is_rejected_or_lost(tokenizer, name):
+    """Every text comes back from its ids, but for one thing: the space a text is given before its first word (so
+    that the word has its running-text ids) is taken off by the decoder, so a text that starts with a space itself
+    comes back with one space fewer there."""
     text = TEXTS[name]
+    expected = text[1:] if text.startswith(" ") else text
     ids = tokenizer(text)["input_ids"]
     assert tokenizer.unk_token_id not in ids
-    assert tokenizer.decode(ids, skip_special_tokens=True) == text
-    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    assert tokenizer.decode(ids, skip_special_tokens=True) == expected
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == expected
 
 
 @pytest.mark.parametrize("cap", [None, 128])
@@ -75,10 +79,15 @@ def test_a_one_megabyte_line_round_trips(tokenizer):
 
 
 def assert_offsets_start_at_words(encoding, text: str, sequence: int = 0) -> None:
-    """Every token of `sequence` spans text that starts with no space (the 'Ġ' of a token is trimmed away)."""
-    for offset, sequence_id in zip(encoding["offset_mapping"], encoding.sequence_ids(), strict=True):
+    """Every token of `sequence` spans text that starts with no space (the 'Ġ' of a token is trimmed away), but a
+    lone 'Ġ' at the start, the space the text is given before its first word (a vocabulary without 'Ġ' merged
+    with that word's first letter), which spans nothing."""
+    tokens = encoding.tokens()
+    for token, offset, sequence_id in zip(tokens, encoding["offset_mapping"], encoding.sequence_ids(), strict=True):
         if sequence_id == sequence:
             start, end = offset
+            if token == "Ġ" and start == end == 0:
+                continue
             assert start < end and not text[start].isspace(), (offset, text[start:end])
 
 
@@ -98,7 +107,13 @@ def test_offsets_leave_out_the_space_before_a_word(tokenizer):
 
 def test_mask_token_takes_in_the_space_before_it(tokenizer):
     """Issue 30, item 3: "a [MASK]" encoded a lone 'Ġ' before [MASK], so a filled-in " the" gave "a  the"."""
-    assert tokenizer.convert_ids_to_tokens(tokenizer("a [MASK]")["input_ids"]) == ["[CLS]", "a", "[MASK]", "[SEP]"]
+    assert tokenizer.convert_ids_to_tokens(tokenizer("a [MASK]")["input_ids"]) == ["[CLS]", "Ġa", "[MASK]", "[SEP]"]
+    # a special token starts no text: what follows it keeps its running-text ids ('.', not 'Ġ.')
+    assert tokenizer.convert_ids_to_tokens(tokenizer("capital of [MASK].")["input_ids"])[-3:] == [
+        "[MASK]",
+        ".",
+        "[SEP]",
+    ]
     assert tokenizer.added_tokens_decoder[tokenizer.mask_token_id].lstrip
     encoding = tokenizer("The function returns a [MASK] value.", return_offsets_mapping=True)
     ids = encoding["input_ids"]
@@ -106,6 +121,30 @@ def test_mask_token_takes_in_the_space_before_it(tokenizer):
     assert encoding["offset_mapping"][ids.index(tokenizer.mask_token_id)] == (23, 29)  # "[MASK]", no space
     filled = [tokenizer.convert_tokens_to_ids("Ġthe") if i == tokenizer.mask_token_id else i for i in ids]
     assert tokenizer.decode(filled, skip_special_tokens=True) == "The function returns a the value."
+
+
+def test_pre_split_words_get_their_running_text_ids(tokenizer):
+    """Issue 42: transformers' token-classification scripts pass words (`is_split_into_words=True`), and each word
+    was encoded as the start of a text, without the space marker it has in running text ("Ahmed joined" gave
+    'A h med join ed' word by word, 'A h med Ġjoined' whole): NER trained on other ids than pipelines meet. Now the
+    words of 200 sentences get exactly the ids of the sentence, the first word too; offsets stay inside their word
+    and decoding gives the text back."""
+    from pydoc_data.topics import topics
+
+    lines = (line.split() for text in sorted(topics.values()) for line in text.splitlines())
+    sentences = [words for words in lines if len(words) >= 3][:200]
+    assert len(sentences) == 200
+    for words in sentences:
+        text = " ".join(words)
+        whole = tokenizer(text)
+        split = tokenizer(words, is_split_into_words=True, return_offsets_mapping=True)
+        assert split["input_ids"] == whole["input_ids"], text
+        for word, (start, end) in zip(split.word_ids(), split["offset_mapping"], strict=True):
+            if word is not None:
+                assert 0 <= start < end <= len(words[word]), (text, words[word], start, end)
+        assert tokenizer.decode(whole["input_ids"], skip_special_tokens=True) == text
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(["Ahmed", "joined"], is_split_into_words=True)["input_ids"])
+    assert tokens[1].startswith("Ġ") and "Ġjoined" in tokens, tokens
 
 
 def test_trained_tokenizer_has_the_shipped_pipeline(tmp_path):
@@ -151,8 +190,9 @@ def test_train_tokenizer_on_a_local_file(tmp_path):
     saved = json.loads((out / "tokenizer_config.json").read_text())
     assert saved["tokenizer_class"] == "PreTrainedTokenizerFast"  # a name transformers 4.x knows too
     assert saved == {**json.loads((SHIPPED_TOKENIZER / "tokenizer_config.json").read_text())}
-    for text in TEXTS.values():
-        assert trained.decode(trained(text)["input_ids"], skip_special_tokens=True) == text
+    for text in TEXTS.values():  # as the shipped tokenizer (test_no_text_is_rejected_or_lost)
+        expected = text[1:] if text.startswith(" ") else text
+        assert trained.decode(trained(text)["input_ids"], skip_special_tokens=True) == expected
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@
         --vocab_size 30522 --output_dir my-tokenizer
 
 Byte-level BPE never rejects or loses text: every Unicode string is encoded through its UTF-8 bytes, and
-decode(encode(text)) gives it back exactly (no normalisation, no cleanup of spaces). The result is a transformers
+decode(encode(text)) gives it back (no normalisation, no cleanup of spaces), but for the space every text is given
+before its first word, so that the word and the words of pre-split input get their running-text ids: the decoder
+takes it off, and so a text that starts with a space comes back with one space fewer. The result is a transformers
 fast tokenizer folder (tokenizer.json, tokenizer_config.json, special tokens) that `AutoTokenizer.from_pretrained`
 loads, with [CLS] ... [SEP] (and [CLS] A [SEP] B [SEP] for pairs) added around inputs.
 
@@ -113,8 +115,19 @@ def build_tokenizer(
 ) -> PreTrainedTokenizerFast:
     """Train byte-level BPE on an iterator of text batches and wrap it as a transformers fast tokenizer."""
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    bpe.decoder = decoders.ByteLevel()
+    # A text's first word, and every word of pre-split input (`is_split_into_words=True`, which encodes each word as
+    # a text), starts with the space a word has inside running text ('Ġ' once byte-level): "Ahmed joined" is
+    # 'ĠA h med Ġjoined' whole or word by word, so token classification trains on the ids a pipeline meets.
+    # Metaspace with a space for its marker adds that space to the start of a text only ("first"), not after a
+    # special token: "of [MASK]." keeps its '.' as running text has it. The decoder takes the added space off again
+    # (a text that itself starts with a space decodes with one space fewer).
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement=" ", prepend_scheme="first", split=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    bpe.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(content=" ", left=1, right=0)])
     # [MASK] takes in the space before it, as RoBERTa's <mask> does: "a [MASK]" is "a" then "[MASK]", with no lone
     # 'Ġ' between, so a filled-in word (" the") lands with one space ("a the"), not two
     specials = [
@@ -132,10 +145,11 @@ def build_tokenizer(
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
     # ByteLevel first trims the space a token carries ('Ġ') out of its offsets, as RoBERTa's processor does: "Paris" in
     # "Where is Paris" spans (9, 14), not (8, 14), so question-answering answers and token-classification starts
-    # begin at the word. Offsets only: the ids are those of the template alone.
+    # begin at the word (`add_prefix_space`: the space added before a text has no extent to trim). Offsets only: the
+    # ids are those of the template alone.
     bpe.post_processor = processors.Sequence(
         [
-            processors.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+            processors.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True),
             processors.TemplateProcessing(
                 single=f"{cls} $A {sep}",
                 pair=f"{cls} $A {sep} $B:1 {sep}:1",
