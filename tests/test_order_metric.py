@@ -118,3 +118,18 @@ def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path):
     assert final["eval_loss"] < 1.0 < final["eval_unigram_loss"]
     assert final["eval_order_gap"] > 1.0
     assert "the model uses word order" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("loss", "expected"),
+    [
+        (4.0, "eval loss 4.000 is 3.000 nats below the unigram baseline 7.000: the model has learned context"),
+        (10.071, "eval loss 10.071 is 3.071 nats above the unigram baseline 7.000: worse than token frequencies"),
+    ],
+)
+def test_the_closing_line_says_below_or_above_the_baseline(loss, expected):
+    """Issue 42: a run worse than the unigram baseline closed with "is -3.326 nats below the unigram baseline"."""
+    from sinusoidal_encoder_training.mlm_evaluation import describe_evaluation
+
+    line = describe_evaluation({"eval_loss": loss, "eval_unigram_loss": 7.0, "eval_order_gap": 0.0})
+    assert line.startswith(expected) and "-" not in line.split(";")[0], line

@@ -225,3 +225,21 @@ def test_fill_mask_predicts_from_a_masked_lm_folder(tmp_path, tokenizer, monkeyp
     assert status == 0, err
     assert out.startswith("loaded SinusoidalEncoderForMaskedLM") and "    -> " in out
     assert "LOAD REPORT" not in err and "MISSING" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("No mask in this text.", "has no [MASK]: put [MASK] where the word to predict goes."),
+        ("A [mask] in lower case.", "has no [MASK] (the mask token is case-sensitive): put [MASK] where"),
+        ("[MASK] and [MASK] and [MASK].", "has 3 [MASK] tokens: give one per text (pass several texts"),
+    ],
+)
+def test_fill_mask_needs_one_mask_per_text(tmp_path, tokenizer, monkeypatch, capsys, text, message):
+    """Issue 42: a text without [MASK] ended in transformers' PipelineException traceback, three masks in a
+    TypeError of fill_mask.py. Now one line naming the text, status 2, before the model is loaded."""
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    status, out, err = fill_mask_command([folder, "A [MASK] is fine.", text], monkeypatch, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"fill_mask.py: error: {text!r} {message}"), err
+    assert "loaded" not in out

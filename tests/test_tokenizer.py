@@ -235,3 +235,18 @@ def test_train_tokenizer_refuses_a_model_folder_and_retrains_its_own(tmp_path, t
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is a file, not a folder"):
         TokenizerTrainingConfig(output_dir=str(tmp_path / "file"))
+
+
+def test_train_tokenizer_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, monkeypatch, capsys):
+    """Issue 42: `--vocab_size 400` on a small corpus built 392 tokens without a word."""
+    from conftest import run_command
+
+    from sinusoidal_encoder_training import tokenizer_training
+
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("the cat sat on the mat\n" * 50)
+    argv = ["--train_file", corpus, "--vocab_size", 400, "--output_dir", tmp_path / "tok"]
+    status, out, _ = run_command(tokenizer_training.main, "train_tokenizer.py", argv, monkeypatch, capsys)
+    size = len(AutoTokenizer.from_pretrained(tmp_path / "tok"))
+    assert status == 0 and size < 400
+    assert f"note: {size:,} tokens, not the 400 of --vocab_size: the corpus has no more pairs seen at least " in out

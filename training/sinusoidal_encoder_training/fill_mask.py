@@ -47,6 +47,18 @@ def instead(architecture: str | None) -> str:
     )
 
 
+def mask_problem(text: str, mask_token: str) -> str | None:
+    """Why fill_mask cannot answer `text`, or None: it needs exactly one mask token (written as the tokenizer
+    writes it)."""
+    count = text.count(mask_token)
+    if count == 1:
+        return None
+    if count == 0:
+        other = " (the mask token is case-sensitive)" if mask_token.lower() in text.lower() else ""
+        return f"{text!r} has no {mask_token}{other}: put {mask_token} where the word to predict goes."
+    return f"{text!r} has {count} {mask_token} tokens: give one per text (pass several texts for several masks)."
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="A model folder or Hub id with a masked-LM head and a tokenizer.")
@@ -59,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     if problem is not None:
         raise UsageError(problem)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
+    for text in args.texts:
+        problem = mask_problem(text, tokenizer.mask_token)
+        if problem is not None:
+            raise UsageError(problem)
     model = load_trained(AutoModelForMaskedLM, args.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {args.model}")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)

@@ -70,11 +70,17 @@ def describe_evaluation(metrics: dict[str, float]) -> str:
     """One sentence on what an evaluation shows: context learned (loss against the unigram baseline), order used."""
     below = metrics["eval_unigram_loss"] - metrics["eval_loss"]
     gap = metrics["eval_order_gap"]
-    context = (
-        f"eval loss {metrics['eval_loss']:.3f} is {below:.3f} nats below the unigram baseline "
-        f"{metrics['eval_unigram_loss']:.3f}: "
-        + ("the model has learned context" if below >= CONTEXT_MARGIN else "little context learned yet")
-    )
+    if below >= 0:
+        context = (
+            f"eval loss {metrics['eval_loss']:.3f} is {below:.3f} nats below the unigram baseline "
+            f"{metrics['eval_unigram_loss']:.3f}: "
+            + ("the model has learned context" if below >= CONTEXT_MARGIN else "little context learned yet")
+        )
+    else:  # worse than predicting every masked token by its frequency alone
+        context = (
+            f"eval loss {metrics['eval_loss']:.3f} is {-below:.3f} nats above the unigram baseline "
+            f"{metrics['eval_unigram_loss']:.3f}: worse than token frequencies alone, no context learned yet"
+        )
     order = f"order gap {gap:+.3f} nats: " + (
         "the model uses word order" if gap >= ORDER_GAP_USED else "the model (almost) ignores word order"
     )

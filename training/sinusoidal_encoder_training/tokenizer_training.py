@@ -208,6 +208,11 @@ def main(argv: list[str] | None = None) -> None:
     result = train_tokenizer(config)
     size, folder = len(result.tokenizer), config.output_dir
     print(f"trained a byte-level BPE of {size:,} tokens on {result.source}; saved to {folder}")
+    if size < config.vocab_size:
+        print(
+            f"note: {size:,} tokens, not the {config.vocab_size:,} of --vocab_size: the corpus has no more pairs "
+            f"seen at least --min_frequency ({config.min_frequency}) times to merge"
+        )
 
 
 cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
