@@ -20,6 +20,8 @@ from sinusoidal_encoder_training.data import DataConfig
 from sinusoidal_encoder_training.finetuning import FinetuningConfig
 from sinusoidal_encoder_training.pretraining import PretrainingConfig
 
+MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
+
 
 def pretraining_config(**settings) -> PretrainingConfig:
     return PretrainingConfig(**{"output_dir": "out", "config_name": "tiny", "max_seq_length": 32, **settings})
@@ -31,7 +33,7 @@ def test_only_the_output_is_required_and_everything_else_has_its_default():
     assert config.seq_length_schedule is None and config.length_schedule == () and not config.with_tracking
     with pytest.raises(TypeError, match="output_dir"):
         PretrainingConfig(max_train_steps=100)
-    tuned = FinetuningConfig(model_name_or_path="m", output_dir="out")
+    tuned = FinetuningConfig(model_name_or_path=MODEL, output_dir="out")
     assert tuned.learning_rate == 1e-4 and tuned.num_train_epochs == 3  # fine-tuning's own defaults
     with pytest.raises(TypeError, match="model_name_or_path"):
         FinetuningConfig(output_dir="out")
@@ -49,9 +51,9 @@ def test_derived_values_are_computed_from_the_fields():
     assert pretraining_config(seq_length_schedule="8:2,16:4").length_schedule == ((8, 2), (16, 4))
     assert pretraining_config().length_schedule == ()
 
-    builtin = FinetuningConfig(model_name_or_path="m", output_dir="out")
+    builtin = FinetuningConfig(model_name_or_path=MODEL, output_dir="out")
     assert builtin.builtin and builtin.with_baselines and not builtin.baselines
-    custom = FinetuningConfig(model_name_or_path="m", output_dir="out", dataset_name="d", text_column_name="body")
+    custom = FinetuningConfig(model_name_or_path=MODEL, output_dir="out", dataset_name="d", text_column_name="body")
     assert not custom.builtin and not custom.with_baselines
     assert dataclasses.replace(custom, baselines=True).with_baselines
     assert not dataclasses.replace(builtin, dataset_name="d").builtin  # a variant derives its own values
@@ -67,7 +69,7 @@ def test_derived_values_are_computed_from_the_fields():
         ({"per_device_train_batch_size": 0}, "--per_device_train_batch_size must be a positive integer, got 0"),
         ({"learning_rate": -1.0}, "--learning_rate must be positive"),
         ({"push_to_hub": True}, "--push_to_hub needs --hub_model_id"),
-        ({"model_name_or_path": "m", "config_overrides": TINY}, "--config_overrides applies to new models"),
+        ({"model_name_or_path": MODEL, "config_overrides": TINY}, "--config_overrides applies to new models"),
         ({"streaming": True, "dataset_name": "d"}, "--streaming needs --max_train_steps"),
         ({"seq_length_schedule": "48:10"}, "--seq_length_schedule"),
         ({"mlm_probability": 0.0}, "--mlm_probability"),
@@ -84,7 +86,7 @@ def test_a_variant_is_checked_like_the_flags(change, message):
 
 def test_the_built_in_task_takes_no_column_flags():
     with pytest.raises(ValueError, match="--text_column_name"):
-        FinetuningConfig(model_name_or_path="m", output_dir="out", text_column_name="body")
+        FinetuningConfig(model_name_or_path=MODEL, output_dir="out", text_column_name="body")
 
 
 def test_the_command_line_is_generated_from_the_fields():
@@ -101,10 +103,10 @@ def test_the_command_line_is_generated_from_the_fields():
         lr_scheduler_type="cosine",
     )
     assert pretraining.parse_args(["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
-    tuned = finetuning.parse_args(["--model_name_or_path", "m", "--output_dir", "o", "--baselines"])
-    assert tuned == FinetuningConfig(model_name_or_path="m", output_dir="o", baselines=True)
-    assert onnx_export.parse_args(["folder", "--output", "m.onnx", "--no_check"]) == onnx_export.OnnxExportConfig(
-        model="folder", output="m.onnx", no_check=True
+    tuned = finetuning.parse_args(["--model_name_or_path", MODEL, "--output_dir", "o", "--baselines"])
+    assert tuned == FinetuningConfig(model_name_or_path=MODEL, output_dir="o", baselines=True)
+    assert onnx_export.parse_args([MODEL, "--output", "m.onnx", "--no_check"]) == onnx_export.OnnxExportConfig(
+        model=MODEL, output="m.onnx", no_check=True
     )
     assert lg.parse_args(["--output_dir", "o", "--seeds", "3", "4", "--finetune_arms"]) == (
         lg.LengthGeneralizationConfig(output_dir="o", seeds=[3, 4], finetune_arms=[])
@@ -216,7 +218,7 @@ def test_the_documented_flags_are_found():
         ("pretrain", ["--output_dir", "x", "--learning_rate", "-1"], "--learning_rate must be positive, got -1.0"),
         (
             "finetune",
-            ["--model_name_or_path", "m", "--output_dir", "x", "--train_file", "missing.txt"],
+            ["--model_name_or_path", MODEL, "--output_dir", "x", "--train_file", "missing.txt"],
             "--train_file",
         ),
     ],
@@ -291,7 +293,7 @@ def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(mo
         ("~/no-such-model", "no such file or folder"),
         ("a/b/c", "no such file or folder"),
         ("models/", "no such file or folder"),
-        ("huge", "is not a preset (tiny, small, base), a local folder or file, or a Hub id"),
+        ("huge", "'huge' is not a preset (tiny, small, base), a local folder or file, and the Hub is off"),
     ],
 )
 def test_a_missing_model_source_is_named_before_any_work(tmp_path, monkeypatch, value, message):
@@ -309,14 +311,59 @@ def test_a_missing_model_source_is_named_before_any_work(tmp_path, monkeypatch, 
         PretrainingConfig(output_dir="x", model_name_or_path="./missing")
 
 
-@pytest.mark.parametrize("value", [None, "small", "owner/name", "outputs/here", "config.json"])
-def test_presets_hub_ids_and_existing_paths_pass_the_source_check(tmp_path, monkeypatch, value):
+@pytest.mark.parametrize("value", [None, "small", "owner/name", "bert-base-uncased", "outputs/here", "config.json"])
+def test_presets_cached_hub_ids_and_existing_paths_pass_the_source_check(tmp_path, monkeypatch, value):
+    """Offline, a Hub id passes when the cache has a copy of it (as transformers would then load it)."""
+    from huggingface_hub import constants
+
     from sinusoidal_encoder_training.arguments import check_model_source
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "here").mkdir(parents=True)
     (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for repo in ("owner--name", "bert-base-uncased"):
+        (tmp_path / "hub" / f"models--{repo}" / "snapshots" / "0123abc").mkdir(parents=True)
     check_model_source("--config_name", value, ("tiny", "small", "base"))  # no error
+
+
+@pytest.mark.parametrize(
+    ("offline", "exists", "message"),
+    [
+        (True, None, "and the Hub is off (HF_HUB_OFFLINE=1) with no copy of my_model in the cache ("),
+        (False, False, "and the Hub has no model my_model (a private or gated one needs `hf auth login` first)"),
+        (False, OSError("no route to host"), "and the Hub cannot be reached to look for my_model (OSError)"),
+    ],
+)
+def test_a_name_neither_here_nor_on_the_hub_is_one_line_with_the_nearest_folder(
+    tmp_path, monkeypatch, offline, exists, message
+):
+    """Issue 42: a typo without a slash (`fill_mask.py my_model`) was taken as a Hub id and ended in transformers'
+    40-line "We couldn't connect" traceback. Now it is resolved before any work: offline, against the cache;
+    online, against the Hub; the line names the nearest local folder."""
+    from huggingface_hub import HfApi, constants
+
+    from sinusoidal_encoder_training.arguments import check_model_source
+    from sinusoidal_encoder_training.command_line import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-model").mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+
+    def repo_exists(self, repo_id, repo_type=None, **kwargs):
+        assert not offline and (repo_id, repo_type) == ("my_model", "model")
+        if isinstance(exists, Exception):
+            raise exists
+        return exists
+
+    monkeypatch.setattr(HfApi, "repo_exists", repo_exists)
+    with pytest.raises(UsageError) as error:
+        check_model_source("MODEL", "my_model")
+    line = str(error.value)
+    assert line.startswith(f"MODEL 'my_model' is not a local folder or file, {message}"), line
+    assert line.endswith(" Did you mean 'my-model'?") and "\n" not in line, line
 
 
 # README's promise for every command line: bad input ends with one line naming the problem, status 2, before any
@@ -335,12 +382,12 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
     ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
     ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
-    ("finetune", ["--model_name_or_path", "m", "--output_dir", "OUT", "--task", "token-classification"], "data"),
+    ("finetune", ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--task", "token-classification"], "data"),
     ("train_tokenizer", ["--output_dir", "OUT", "--vocab_size", "100"], "--vocab_size"),
     ("train_tokenizer", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
     ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),
     ("export_onnx", ["./outputs/nope"], "no such file or folder"),
-    ("export_onnx", ["Some/model"], "--output is needed"),
+    ("export_onnx", ["Some/model"], "MODEL 'Some/model' is not a local folder or file, and the Hub is off"),
     ("publish", ["./outputs/nope", "--hub_model_id", "me/x"], "is not a folder"),
     ("publish", [".", "--hub_model_id", "me/x", "--dry_run"], "is not an exported model folder"),
 ]

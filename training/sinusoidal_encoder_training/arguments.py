@@ -46,8 +46,8 @@ def check_model_source(name: str, value: str | None, presets: tuple[str, ...] = 
     """A `UsageError` naming `name` (the flag, as `--model_name_or_path`) when `value`, a folder, a file or a Hub
     id ('owner/name'), cannot be one. A path that looks local (absolute, './', '~', a trailing slash, more than one
     '/', or whose first part is a folder here, as in 'outputs/my-model') and does not exist is a missing folder, not
-    a Hub id; where there are presets, a bare name that is none of them and not here is named with them (a typo).
-    Hub ids are checked when they are loaded."""
+    a Hub id. Anything else is resolved as a Hub id before any work (`hub_source_problem`); the line that refuses
+    it names the presets, where there are, and the nearest local folder."""
     if value is None or value in presets or os.path.exists(os.path.expanduser(value)):
         return
     parts = value.split("/")
@@ -60,11 +60,58 @@ def check_model_source(name: str, value: str | None, presets: tuple[str, ...] = 
     )
     if local:
         raise UsageError(f"{name} {value!r}: no such file or folder.")
-    if presets and len(parts) == 1:
-        raise UsageError(
-            f"{name} {value!r} is not a preset ({', '.join(presets)}), a local folder or file, or a Hub id "
-            "('owner/name')."
+    problem = hub_source_problem(value)
+    if problem is not None:
+        choices = f"a preset ({', '.join(presets)}), " if presets else ""
+        raise UsageError(f"{name} {value!r} is not {choices}a local folder or file, {problem}{nearest_folder(value)}")
+
+
+def hub_source_problem(repo_id: str, repo_type: str = "model") -> str | None:
+    """Why `repo_id` cannot be loaded from the Hub, or None: not a valid id; offline (HF_HUB_OFFLINE) and not in
+    the local cache; online, a repository the Hub does not have (or this user cannot see), or a Hub that cannot be
+    reached."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        return "nor a Hub id ('owner/name' of letters, digits, '-', '_' and '.')."
+    cached = os.path.join(constants.HF_HUB_CACHE, f"{repo_type}s--{repo_id.replace('/', '--')}", "snapshots")
+    if os.path.isdir(cached) and os.listdir(cached):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return (
+            f"and the Hub is off (HF_HUB_OFFLINE=1) with no copy of {repo_id} in the cache "
+            f"({constants.HF_HUB_CACHE}): give a local folder, or load it once with the Hub on."
         )
+    try:
+        exists = HfApi().repo_exists(repo_id, repo_type=repo_type)
+    except Exception as error:  # no network, a proxy, a Hub outage: requests' and huggingface_hub's errors alike
+        return (
+            f"and the Hub cannot be reached to look for {repo_id} ({type(error).__name__}): check the network, or "
+            "give a local folder."
+        )
+    if not exists:
+        return (
+            f"and the Hub has no {repo_type} {repo_id} (a private or gated one needs `hf auth login` first): check "
+            "the name."
+        )
+    return None
+
+
+def nearest_folder(value: str) -> str:
+    """' Did you mean ...?' naming the local folder whose name is closest to `value`'s last part, or ''."""
+    import difflib
+
+    parent = os.path.dirname(os.path.expanduser(value)) or "."
+    try:
+        folders = [entry.name for entry in os.scandir(parent) if entry.is_dir() and not entry.name.startswith(".")]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(os.path.basename(value.rstrip("/")), folders, n=1, cutoff=0.6)
+    return f" Did you mean {os.path.join(parent, close[0]) if parent != '.' else close[0]!r}?" if close else ""
 
 
 def apply_overrides(config: PretrainedConfig, overrides: str | None) -> None:
