@@ -11,13 +11,14 @@ it (`require_extra`, `missing_extra`; the console scripts catch it when the stag
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlparse
@@ -63,6 +64,70 @@ class Terminated(Interrupted):
     """SIGTERM during training (what Slurm, Kubernetes and `docker stop` send): handled as Ctrl-C, status 143."""
 
     status = 143  # 128 + SIGTERM
+
+
+@contextlib.contextmanager
+def loading(flag: str, path: str | os.PathLike | None, what: str = "model") -> Iterator[None]:
+    """Loading `what` (a model, config or tokenizer) from `path`, the value of `flag`: when `path` is a local
+    folder or file and transformers, tokenizers, safetensors or json fail on it (a truncated config.json, a 0-byte
+    weights file, a folder without a tokenizer), one `UsageError` line naming the flag, the path and the damaged
+    file (`local_damage`) instead of their tracebacks. Errors from anything else keep theirs."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except Exception as error:  # transformers', json's, tokenizers' and safetensors' own error types
+        if path is None or not os.path.exists(os.fspath(path)):
+            raise
+        found = local_damage(os.fspath(path), what)
+        if found is None:  # no damaged file to name: transformers' own account, for the errors it raises on a folder
+            if not isinstance(error, (OSError, ValueError)):
+                raise
+            found = " ".join(str(error).split())[:300]
+        raise UsageError(f"{flag} {os.fspath(path)!r}: {found}") from error
+
+
+def check_local_files(flag: str, path: str | os.PathLike | None, what: str = "model") -> None:
+    """Before any work: a `UsageError` naming `flag` when the local folder `path` has damaged or missing files
+    (`local_damage`). Hub ids are not looked at here."""
+    if path is not None and os.path.exists(os.fspath(path)):
+        damage = local_damage(os.fspath(path), what)
+        if damage is not None:
+            raise UsageError(f"{flag} {os.fspath(path)!r}: {damage}")
+
+
+def local_damage(path: str, what: str) -> str | None:
+    """What is wrong with the local model or tokenizer folder `path`, as far as its files show, or None."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    config = os.path.join(folder, "config.json")
+    if what != "tokenizer" and os.path.isfile(config):
+        try:
+            with open(config, encoding="utf-8") as handle:
+                json.load(handle)
+        except (ValueError, UnicodeDecodeError) as error:
+            return f"config.json is not valid JSON ({error}): it is damaged; save or download the folder again."
+    if what == "tokenizer":
+        names = set(os.listdir(folder))
+        slow = {"vocab.txt", "vocab.json", "merges.txt", "spiece.model", "tokenizer.model", "sentencepiece.bpe.model"}
+        if "tokenizer.json" not in names and not names & slow:
+            return (
+                "the folder has no tokenizer (no tokenizer.json): save the tokenizer into it "
+                "(tokenizer.save_pretrained), or pass the tokenizer's folder with --tokenizer_name."
+            )
+        return None
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".safetensors"):
+            file = os.path.join(folder, name)
+            if os.path.getsize(file) == 0:
+                return f"{name} is empty (0 bytes): the weights are missing; save or download the folder again."
+            try:
+                from safetensors import safe_open
+
+                with safe_open(file, framework="pt"):
+                    pass
+            except Exception as error:  # safetensors' own error type for a damaged header
+                return f"{name} cannot be read ({error}): the weights are damaged; save or download the folder again."
+    return None
 
 
 def install_command(extra: str) -> str:

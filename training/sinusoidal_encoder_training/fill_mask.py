@@ -17,7 +17,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import check_model_source
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import UsageError, command, loading
 from sinusoidal_encoder_training.onnx_export import (
     folder_architecture,
     head_problem,
@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     problem = head_problem(args.model, architecture, "fill-mask", instead(architecture))
     if problem is not None:
         raise UsageError(problem)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    with loading("MODEL", args.model, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
     for text in args.texts:
         problem = mask_problem(text, tokenizer.mask_token)
         if problem is not None:
             raise UsageError(problem)
-    model = load_trained(AutoModelForMaskedLM, args.model, instead(architecture))
+    with loading("MODEL", args.model):
+        model = load_trained(AutoModelForMaskedLM, args.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {args.model}")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
     for text in args.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:

@@ -54,7 +54,13 @@ from sinusoidal_encoder_training.arguments import (
     parse_config,
     redefault,
 )
-from sinusoidal_encoder_training.command_line import UsageError, command, require_extra
+from sinusoidal_encoder_training.command_line import (
+    UsageError,
+    check_local_files,
+    command,
+    loading,
+    require_extra,
+)
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import DataConfig, derive_seed, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
@@ -271,15 +277,18 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
     """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
     (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
     a pretrained weight's shape."""
-    try:
+    with loading("--model_name_or_path", config.model_name_or_path):
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--model_name_or_path {config.model_name_or_path!r}: {error}") from error
     if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
         raise UsageError(
             f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
         )
+    check_local_files("--model_name_or_path", config.model_name_or_path)  # the weights, before any work
+    if config.tokenizer_name:
+        check_local_files("--tokenizer_name", config.tokenizer_name, "tokenizer")
+    else:
+        check_local_files("--model_name_or_path", config.model_name_or_path, "tokenizer")
     if config.config_overrides:
         shapes = weight_shapes(model_config)
         apply_overrides(model_config, config.config_overrides)
@@ -509,7 +518,11 @@ def finetune(
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
     num_labels = 1 if problem == "regression" else len(label_names)
     check_head(config, model_config, num_labels)
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or config.model_name_or_path)
+    tokenizer_source = config.tokenizer_name or config.model_name_or_path
+    with loading(
+        "--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", tokenizer_source, "tokenizer"
+    ):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     with accelerator.main_process_first():
         columns = (text_col, config.text_pair_column_name, label_col)
         encoded = encode(raw, tokenizer, config.max_length, problem, label_names, columns)
@@ -525,9 +538,10 @@ def finetune(
             if problem == "token_classification"
             else AutoModelForSequenceClassification
         )
-        model = auto_class.from_pretrained(
-            config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
-        )
+        with loading("--model_name_or_path", config.model_name_or_path):
+            model = auto_class.from_pretrained(
+                config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
+            )
     else:
         model = model_init(model_config)
 

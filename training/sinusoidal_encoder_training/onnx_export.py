@@ -39,7 +39,7 @@ from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command, require_extra
+from sinusoidal_encoder_training.command_line import UsageError, command, loading, require_extra
 
 TASKS = {
     "fill-mask": (AutoModelForMaskedLM, "logits"),
@@ -69,10 +69,8 @@ def folder_architecture(source: str, name: str = "MODEL") -> str | None:
     `UsageError` naming `name` (the argument)."""
     if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "config.json")):
         raise UsageError(f"{name} {source!r} is not a model folder: it has no config.json.")
-    try:
+    with loading(name, source):
         config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"{name} {source!r}: {' '.join(str(error).split())}") from error
     return next(iter(getattr(config, "architectures", None) or []), None)
 
 
@@ -308,7 +306,8 @@ def main(argv: list[str] | None = None) -> None:
         require_extra(module, what="the ONNX export")  # before the model is loaded
     task, own = resolve_task(config)
     auto_class, output_name = TASKS[task]
-    model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
+    with loading("MODEL", config.model):
+        model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
     print(f"exporting {type(model).__name__} ({task}) from {config.model}")
     os.makedirs(os.path.dirname(os.path.abspath(config.output_path)), exist_ok=True)
     export_onnx(model, config.output_path, output_name, config.opset)

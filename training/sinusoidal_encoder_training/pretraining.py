@@ -27,7 +27,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
 from sinusoidal_encoder_training.arguments import TrainingConfig, apply_overrides, check_model_source, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import UsageError, check_local_files, command, loading
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
     DataConfig,
@@ -162,7 +162,8 @@ def describe_length_schedule(schedule: tuple[tuple[int, int], ...]) -> str:
 def load_tokenizer(config: PretrainingConfig):
     """The tokenizer of `--tokenizer_name` (default: the shipped one), without a length cap: the length a model is
     trained at is its `max_position_embeddings`."""
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or SHIPPED_TOKENIZER)
+    with loading("--tokenizer_name", config.tokenizer_name, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or SHIPPED_TOKENIZER)
     tokenizer.model_max_length = VERY_LARGE_INTEGER
     return tokenizer
 
@@ -174,12 +175,15 @@ def build_model_config(config: PretrainingConfig, tokenizer) -> transformers.Pre
     carries the published default, see `export.published_config`). Cheap, and random-free: `pretrain` builds it
     before loading any data, so that a bad override stops the run before work starts."""
     if config.model_name_or_path:
-        model_config = AutoConfig.from_pretrained(config.model_name_or_path)
+        with loading("--model_name_or_path", config.model_name_or_path):
+            model_config = AutoConfig.from_pretrained(config.model_name_or_path)
+            check_local_files("--model_name_or_path", config.model_name_or_path)  # the weights, before any work
     else:
         if config.config_name in MODEL_SIZES:
             model_config = sinusoidal_encoder.SinusoidalEncoderConfig(**MODEL_SIZES[config.config_name])
         else:
-            model_config = AutoConfig.from_pretrained(config.config_name)
+            with loading("--config_name", config.config_name):
+                model_config = AutoConfig.from_pretrained(config.config_name)
         model_config.vocab_size = len(tokenizer)
         model_config.pad_token_id = tokenizer.pad_token_id
         model_config.max_position_embeddings = config.max_seq_length
@@ -196,7 +200,8 @@ def build_model(
     `--model_name_or_path`."""
     model_config = model_config if model_config is not None else build_model_config(config, tokenizer)
     if config.model_name_or_path:
-        return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, config=model_config)
+        with loading("--model_name_or_path", config.model_name_or_path):
+            return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, config=model_config)
     return AutoModelForMaskedLM.from_config(model_config)
 
 

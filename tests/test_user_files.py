@@ -1,0 +1,89 @@
+"""Issue 42: damaged files of the user's (a truncated config.json, an empty or garbled weights file, a folder
+without a tokenizer) are one line naming the flag, the folder and the file, status 2, before any work and with
+nothing written, in every command that loads a model or a tokenizer (`command_line.loading`, `check_local_files`).
+Each family once per command: the same translator serves them all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_command, tiny_config, write_text_corpus
+
+import sinusoidal_encoder as se
+
+
+def damage(folder, kind: str) -> str:
+    """Damages the saved model folder `folder` as `kind` says; returns what the line names."""
+    if kind == "truncated config":
+        text = (folder / "config.json").read_text()
+        (folder / "config.json").write_text(text[: len(text) // 2])
+        return "config.json is not valid JSON ("
+    if kind == "empty weights":
+        (folder / "model.safetensors").write_bytes(b"")
+        return "model.safetensors is empty (0 bytes): the weights are missing; save or download the folder again."
+    if kind == "garbled weights":
+        weights = folder / "model.safetensors"
+        weights.write_bytes(b"\xff" * 8 + weights.read_bytes()[8:])
+        return "model.safetensors cannot be read ("
+    (folder / "tokenizer.json").unlink()
+    return "the folder has no tokenizer (no tokenizer.json): save the tokenizer into it"
+
+
+def model_folder(root, tokenizer, cls=se.SinusoidalEncoderForMaskedLM):
+    folder = root / "model"
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    cls(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def command(name, folder, tmp_path):
+    """(main, program, argv, flag) of command `name` on the model folder `folder`, writing under tmp_path/out."""
+    from sinusoidal_encoder_training import fill_mask, finetuning, onnx_export, pretraining
+
+    out = tmp_path / "out"
+    if name == "fill_mask":
+        return fill_mask.main, "fill_mask.py", [folder, "A [MASK] test."], "MODEL"
+    if name == "export_onnx":
+        return onnx_export.main, "export_onnx.py", [folder, "--output", out / "model.onnx"], "MODEL"
+    train, validation = write_text_corpus(tmp_path / "corpus", n_train=4, n_validation=2)
+    if name == "finetune":
+        rows = [{"text": "a b c", "label": "x"}, {"text": "d e f", "label": "y"}]
+        data = tmp_path / "rows.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        argv = ["--model_name_or_path", folder, "--train_file", data, "--validation_file", data]
+        return (
+            finetuning.main,
+            "finetune.py",
+            [*argv, "--output_dir", out, "--max_train_steps", "1"],
+            "--model_name_or_path",
+        )
+    argv = ["--train_file", train, "--validation_file", validation, "--output_dir", out, "--max_train_steps", "1"]
+    if name == "pretrain --tokenizer_name":
+        return pretraining.main, "pretrain.py", [*argv, "--tokenizer_name", folder], "--tokenizer_name"
+    return pretraining.main, "pretrain.py", [*argv, "--model_name_or_path", folder], "--model_name_or_path"
+
+
+CASES = [
+    (name, kind)
+    for name in ("fill_mask", "export_onnx", "finetune", "pretrain --model_name_or_path")
+    for kind in ("truncated config", "empty weights", "garbled weights")
+] + [(name, "no tokenizer") for name in ("fill_mask", "finetune", "pretrain --tokenizer_name")]
+
+
+@pytest.mark.parametrize(("name", "kind"), CASES)
+def test_a_damaged_folder_is_one_line_naming_the_file_before_any_work(
+    tmp_path, tokenizer, monkeypatch, capsys, name, kind
+):
+    if name == "export_onnx":
+        pytest.importorskip("onnxscript", reason="the onnx extra is not installed")
+    folder = model_folder(tmp_path, tokenizer)
+    expected = damage(folder, kind)
+    main, program, argv, flag = command(name, folder, tmp_path)
+    status, _, err = run_command(main, program, argv, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert lines[0].startswith(f"{program}: error: {flag} {str(folder)!r}: "), lines[0]
+    assert expected in lines[0], lines[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), "written before the check"
