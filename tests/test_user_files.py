@@ -87,3 +87,98 @@ def test_a_damaged_folder_is_one_line_naming_the_file_before_any_work(
     assert lines[0].startswith(f"{program}: error: {flag} {str(folder)!r}: "), lines[0]
     assert expected in lines[0], lines[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir()), "written before the check"
+
+
+def data_command(name, train, validation, tmp_path, *extra):
+    """(main, program, argv) of a data-reading command on the two files, writing under tmp_path/out."""
+    from sinusoidal_encoder_training import finetuning, pretraining, tokenizer_training
+
+    files = ["--train_file", train, "--validation_file", validation, "--output_dir", tmp_path / "out", *extra]
+    if name == "pretrain":
+        return pretraining.main, "pretrain.py", [*files, "--max_train_steps", "1"]
+    if name == "train_tokenizer":
+        return tokenizer_training.main, "train_tokenizer.py", [*files, "--vocab_size", "300"]
+    model = model_folder(tmp_path, _shipped_tokenizer())
+    return finetuning.main, "finetune.py", [*files, "--model_name_or_path", model, "--max_train_steps", "1"]
+
+
+def _shipped_tokenizer():
+    from transformers import AutoTokenizer
+
+    from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
+
+    return AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+
+
+GOOD = [{"text": "a fine row of text", "label": "pos"}, {"text": "another row", "label": "neg"}]
+LATIN_1 = '{"text": "café"}\n'.encode("latin-1")
+
+
+def jsonl(path, rows, raw: bytes = b""):
+    path.write_bytes("".join(json.dumps(row) + "\n" for row in rows).encode() + raw)
+    return path
+
+
+DATA_CASES = {
+    "malformed JSON line": (
+        lambda d: (jsonl(d / "train.jsonl", GOOD, b'{"text": "cut short", "label\n'), jsonl(d / "valid.jsonl", GOOD)),
+        "--train_file {train!r}: line 3 is not valid JSON (",
+    ),
+    "Latin-1 text": (
+        lambda d: (
+            jsonl(d / "train.jsonl", GOOD),
+            jsonl(d / "valid.jsonl", GOOD, '{"text": "café"}\n'.encode("latin-1")),
+        ),
+        "--validation_file {validation!r}: line 3 is not UTF-8 (byte 0xe9 at column 14): save the file as UTF-8",
+    ),
+    "columns differ": (
+        lambda d: (jsonl(d / "train.jsonl", GOOD), jsonl(d / "valid.jsonl", [{"body": "x", "label": "pos"}])),
+        "--validation_file {validation!r} has the columns ['body', 'label'], --train_file {train!r} has ['label', "
+        "'text']",
+    ),
+    "empty training file": (
+        lambda d: (jsonl(d / "train.jsonl", [], b"\n\n"), jsonl(d / "valid.jsonl", GOOD)),
+        "--train_file {train!r} holds no rows: every line is empty.",
+    ),
+    "a number among text labels": (
+        lambda d: (jsonl(d / "train.jsonl", [*GOOD, {"text": "odd", "label": 1}]), jsonl(d / "valid.jsonl", GOOD)),
+        "--train_file {train!r}: column 'label' holds text ('pos', line 1) and numbers (1, line 3): give every row",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", ["pretrain", "finetune", "train_tokenizer"])
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_a_bad_data_file_is_one_line_naming_the_file_and_line(tmp_path, monkeypatch, capsys, name, case):
+    """Issue 42: a malformed JSON line gave datasets' "An error occurred while generating the dataset" without a
+    line number, a Latin-1 file the same without the encoding, a validation file's other columns were reported
+    against the training file, an empty file ended in "StopIteration", an integer among string labels became a
+    class of its own. Each is one line naming the flag, the file and the line, before any work."""
+    (tmp_path / "data").mkdir()
+    train, validation = DATA_CASES[case][0](tmp_path / "data")
+    expected = DATA_CASES[case][1].format(train=str(train), validation=str(validation))
+    main, program, argv = data_command(name, train, validation, tmp_path)
+    status, _, err = run_command(main, program, argv, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert lines[0].startswith(f"{program}: error: {expected}"), lines[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
+    """Issue 42: a row whose tags are shorter than its words raised IndexError in finetuning.py."""
+    from sinusoidal_encoder_training import finetuning
+
+    rows = [{"tokens": ["Ada", "wrote", "code"], "tags": ["B-PER", "O", "O"]}] * 3
+    train = jsonl(tmp_path / "train.jsonl", [*rows, {"tokens": ["Grace", "Hopper", "sailed"], "tags": ["B-PER", "O"]}])
+    validation = jsonl(tmp_path / "valid.jsonl", rows)
+    folder = model_folder(tmp_path, tokenizer)
+    argv = ["--task", "token-classification", "--model_name_or_path", folder, "--train_file", train]
+    argv += ["--validation_file", validation, "--output_dir", tmp_path / "out", "--max_train_steps", "1"]
+    status, _, err = run_command(finetuning.main, "finetune.py", argv, monkeypatch, capsys)
+    last = err.strip().splitlines()[-1]  # after datasets' progress lines: the check needs the rows read
+    assert status == 2 and "Traceback" not in err and not (tmp_path / "out" / "model.safetensors").exists(), err
+    assert last.startswith(
+        f"finetune.py: error: --train_file {str(train)!r}, row 4: 3 words in 'tokens' and 2 tags in 'tags': give one "
+        "tag per word."
+    ), last

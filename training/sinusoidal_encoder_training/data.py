@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from .command_line import UsageError
 from .corpus import load_builtin_corpus
 from .resources import resource_path
 
+DATA_CHECK_BYTES = 1 << 28  # how much of a local data file is read through before any work (256 MiB)
 LOCAL_FORMATS = {".txt": "text", ".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 SHIPPED_TOKENIZER = resource_path("tokenizer_config")
 
@@ -100,6 +102,14 @@ class DataConfig(FlagConfig):
             and _extension(self.train_file) != _extension(self.validation_file)
         ):
             raise UsageError("--train_file and --validation_file must have the same format.")
+        if self.train_file:  # what datasets would stop on (or, for mixed kinds, silently accept), said before work
+            columns = check_data_file("--train_file", self.train_file)
+            other = check_data_file("--validation_file", self.validation_file) if self.validation_file else None
+            if columns is not None and other is not None and other != columns:
+                raise UsageError(
+                    f"--validation_file {self.validation_file!r} has the columns {other}, --train_file "
+                    f"{self.train_file!r} has {columns}: give both files the same columns."
+                )
         if not 0 < self.validation_split_percentage < 100:
             raise UsageError(
                 f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
@@ -115,6 +125,88 @@ class DataConfig(FlagConfig):
 
 def _extension(path: str) -> str:
     return os.path.splitext(path)[1].lower()
+
+
+def check_data_file(flag: str, path: str) -> list[str] | None:
+    """A `UsageError` naming `flag`, the file and the line when the local text or JSON file `path` cannot be read as
+    data: not UTF-8 (the line, the byte), a line of a JSON-lines file that is not a JSON object, no text or no row
+    at all, a column holding values of two kinds (text in one row, a number in another: datasets would make the
+    number a text). Returns the columns of a JSON file's first row (None for other formats). One pass over the
+    file's first `DATA_CHECK_BYTES` (datasets' own errors, named by `load_raw_datasets`, cover the rest)."""
+    extension = _extension(path)
+    if extension not in (".txt", ".json", ".jsonl"):
+        return None
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16).lstrip()
+    if extension == ".json" and head[:1] == b"[":  # one JSON document (a list of rows): datasets reads it whole
+        try:
+            with open(path, encoding="utf-8") as handle:
+                rows = json.load(handle)
+        except UnicodeDecodeError as error:
+            byte = error.object[error.start]
+            raise UsageError(f"{flag} {path!r} is not UTF-8 (byte {byte:#04x}): save it as UTF-8.") from None
+        except ValueError as error:
+            raise UsageError(f"{flag} {path!r} is not valid JSON: {error}.") from None
+        if not rows:
+            raise UsageError(f"{flag} {path!r} holds no rows.")
+        return sorted(rows[0]) if isinstance(rows[0], dict) else None
+    columns, rows, kinds = None, 0, {}  # kinds: column -> (kind of its first value, line)
+    read = 0
+    with open(path, "rb") as handle:
+        for number, raw_line in enumerate(handle, start=1):
+            read += len(raw_line)
+            if read > DATA_CHECK_BYTES:
+                break
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise UsageError(
+                    f"{flag} {path!r}: line {number} is not UTF-8 (byte {raw_line[error.start]:#04x} at column "
+                    f"{error.start + 1}): save the file as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8)."
+                ) from None
+            if not line.strip():
+                continue
+            rows += 1
+            if extension == ".txt":
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as error:
+                raise UsageError(
+                    f"{flag} {path!r}: line {number} is not valid JSON ({error}): fix or remove the line."
+                ) from None
+            if not isinstance(row, dict):
+                raise UsageError(
+                    f"{flag} {path!r}: line {number} is a JSON {type(row).__name__}, not an object of columns "
+                    '(one {"column": value, ...} per line).'
+                )
+            if columns is None:
+                columns = sorted(row)
+            for column, value in row.items():
+                kind = _kind(value)
+                first = kinds.setdefault(column, (kind, number, value))
+                if kind is not None and first[0] is None:
+                    kinds[column] = first = (kind, number, value)
+                if kind is not None and kind != first[0]:
+                    raise UsageError(
+                        f"{flag} {path!r}: column {column!r} holds {first[0]} ({first[2]!r}, line {first[1]}) and "
+                        f'{kind} ({value!r}, line {number}): give every row the same kind ("1" or 1, not both).'
+                    )
+    if rows == 0:
+        what = "text" if extension == ".txt" else "rows"
+        raise UsageError(f"{flag} {path!r} holds no {what}: every line is empty.")
+    return columns
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of a JSON value that a column must keep in every row (None: a missing value, allowed anywhere)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "booleans"
+    if isinstance(value, (int, float)):
+        return "numbers"
+    return {str: "text", list: "lists", dict: "objects"}[type(value)]
 
 
 def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | datasets.IterableDatasetDict:

@@ -273,6 +273,24 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     return problem, [str(n) for n in names]
 
 
+def check_one_tag_per_word(raw: datasets.DatasetDict, text_col: str, label_col: str, config: FinetuningConfig) -> None:
+    """Token classification: every row has a list of words and as many tags, or a `UsageError` naming the file (or
+    split) and the row."""
+    for split, flag in (("train", "--train_file"), ("validation", "--validation_file")):
+        where = f"{flag} {getattr(config, flag[2:])!r}" if getattr(config, flag[2:]) else f"the {split} split"
+        for row, (words, tags) in enumerate(zip(raw[split][text_col], raw[split][label_col], strict=True), start=1):
+            if not isinstance(words, list):
+                raise UsageError(
+                    f"{where}, row {row}: {text_col!r} holds {type(words).__name__}, not a list of words: token "
+                    "classification takes one list of words and one list of tags per row."
+                )
+            if len(words) != len(tags):
+                raise UsageError(
+                    f"{where}, row {row}: {len(words)} words in {text_col!r} and {len(tags)} tags in {label_col!r}: "
+                    "give one tag per word."
+                )
+
+
 def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
     """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
     (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
@@ -514,6 +532,8 @@ def finetune(
     if label_col not in raw["validation"].column_names:
         raise UsageError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, config)
+    if problem == "token_classification":
+        check_one_tag_per_word(raw, text_col, label_col, config)
     if config.with_baselines and problem != "single_label_classification":
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
     num_labels = 1 if problem == "regression" else len(label_names)
