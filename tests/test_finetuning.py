@@ -410,6 +410,13 @@ def test_plots_command_draws_the_pictures(tmp_path, pretrained):
     assert proc.returncode == 0, proc.stderr
     for picture in ("encoding_heatmap.png", "encoding_dot_products.png", "loss_curves.png"):
         assert (folder / picture).read_bytes()[:4] == b"\x89PNG"
+    by_steps = (folder / "loss_curves.png").read_bytes()
+    with open(folder / "metrics.jsonl", "a") as handle:  # tokens seen, for --by_tokens
+        handle.write(json.dumps({"step": 20, "train_loss": 3.0, "tokens_seen": 2560}) + "\n")
+    from sinusoidal_encoder_training.plots import main
+
+    main([str(folder), "--by_tokens"])
+    assert (folder / "loss_curves.png").read_bytes() not in (by_steps, b"")
 
 
 def test_metrics():

@@ -281,7 +281,7 @@ def test_every_console_script_helps_with_the_extras_or_names_the_one_it_needs(wh
         extra, module, source = match.groups()
         assert extra in extras and Path(source) == wheel and module in modules, proc.stderr
         needed[script] = extra
-    assert needed == {  # README, "Installed without the repository"
+    assert needed == {  # README, "Install"
         "sinusoidal-encoder-pretrain": "training",
         "sinusoidal-encoder-finetune": "training",
         "sinusoidal-encoder-train-tokenizer": "training",

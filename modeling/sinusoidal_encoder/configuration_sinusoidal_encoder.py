@@ -40,7 +40,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         num_hidden_layers (`int`, defaults to 6): N, the number of identical encoder layers.
         num_attention_heads (`int`, defaults to 8): h; must divide `hidden_size`.
         intermediate_size (`int`, defaults to 2048): d_ff, the inner size of the feed-forward block.
-        hidden_act (`str`, defaults to `"relu"`): activation of the feed-forward block and of the task heads.
+        hidden_act (`str`, defaults to `"relu"`): activation of the feed-forward block and of the masked-LM head.
         hidden_dropout_prob (`float`, defaults to 0.1): dropout on the embedding sum and on each sub-layer output.
         attention_probs_dropout_prob (`float`, defaults to 0.1): dropout on the attention probabilities.
         max_position_embeddings (`int`, defaults to 512): the sequence length the model was trained at. It is

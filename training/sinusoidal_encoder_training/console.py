@@ -1,7 +1,7 @@
 """The console scripts of pyproject.toml's [project.scripts] (`sinusoidal-encoder-pretrain`, ...) and of the
 `training/*.py` wrappers of a checkout: each imports its stage's module and runs its command line (`cli`) with
 `run_stage`, which ends with one line naming the extra to install when that import needs one that is missing.
-Which extra each command needs (README, "Installed without the repository"): pretrain, finetune and train-tokenizer
+Which extra each command needs (README, "Install"): pretrain, finetune and train-tokenizer
 the `training` extra, export-onnx the `onnx` one; fill-mask and publish work with the base install."""
 
 from __future__ import annotations

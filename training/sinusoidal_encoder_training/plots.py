@@ -140,14 +140,19 @@ def plot_losses(
 
 
 def write_plots(
-    output_dir: str, hidden_size: int, base: float = 10000.0, unit: str = LOSS_UNITS["masked_lm"]
+    output_dir: str,
+    hidden_size: int,
+    base: float = 10000.0,
+    unit: str = LOSS_UNITS["masked_lm"],
+    by_tokens: bool = False,
 ) -> dict[str, str]:
-    """Draw every picture into `output_dir`, the losses in `unit`; return {file name: title} of those written."""
+    """Draw every picture into `output_dir`, the losses in `unit` (against tokens seen with `by_tokens`); return
+    {file name: title} of those written."""
     plot_encoding(os.path.join(output_dir, "encoding_heatmap.png"), hidden_size, base)
     plot_dot_products(os.path.join(output_dir, "encoding_dot_products.png"), hidden_size, base)
     written = {name: PICTURES[name] for name in ("encoding_heatmap.png", "encoding_dot_products.png")}
     metrics = read_metrics(output_dir)
-    if plot_losses(os.path.join(output_dir, "loss_curves.png"), metrics, unit=unit):
+    if plot_losses(os.path.join(output_dir, "loss_curves.png"), metrics, by_tokens=by_tokens, unit=unit):
         extras = " with the unigram baseline and the order gap" if any("eval_order_gap" in m for m in metrics) else ""
         written["loss_curves.png"] = f"{PICTURES['loss_curves.png']} ({unit}){extras}"
     return written
@@ -156,11 +161,18 @@ def write_plots(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="A model folder (config.json; metrics.jsonl for the loss curves).")
+    parser.add_argument(
+        "--by_tokens", action="store_true", help="Draw the loss curves against tokens seen, not optimizer steps."
+    )
     args = parser.parse_args(argv)
     with open(os.path.join(args.folder, "config.json")) as handle:
         config = json.load(handle)
     written = write_plots(
-        args.folder, config["hidden_size"], config.get("position_encoding_base", 10000.0), loss_unit(config)
+        args.folder,
+        config["hidden_size"],
+        config.get("position_encoding_base", 10000.0),
+        loss_unit(config),
+        by_tokens=args.by_tokens,
     )
     for name in written:
         print(os.path.join(args.folder, name))

@@ -100,7 +100,7 @@ class PretrainingConfig(DataConfig, TrainingConfig):
             "sequences of LENGTH tokens until optimizer step STEP, then at the next length, and at --max_seq_length "
             "after the last STEP. Each LENGTH divides --max_seq_length; the tokens, masks and loss of a step are "
             "those of the full blocks. Evaluation is always at --max_seq_length. Attention learns position much "
-            "sooner on short sequences (see README)."
+            "sooner on short sequences (docs/experiments.md, 'Does the model use word order?')."
         },
     )
 
