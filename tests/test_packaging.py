@@ -333,3 +333,34 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path, installed):
     )
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert loaded.stdout.split() == ["SinusoidalEncoderForMaskedLM", "16384"]
+
+
+@pytest.mark.slow
+def test_readme_blocks_run_from_an_installed_wheel_outside_the_checkout(tmp_path, wheel, installed):
+    """Issue 42: README's "Use it" block loaded the tokenizer from `tokenizer_config`, a folder of the checkout
+    only, and left `my-encoder/` in the repository. Each Python block that README runs, run by the wheel's
+    environment (the base install: its extras hidden) in a folder outside the checkout: it passes, it reaches the
+    shipped tokenizer by its public name, and what it writes stays under that folder's `outputs/`."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_docs import fenced_blocks
+
+    blocks = [block for block in fenced_blocks(REPO / "README.md") if block.runs and block.language == "python"]
+    assert blocks and any("SHIPPED_TOKENIZER" in block.code for block in blocks)
+    _, metadata = wheel_metadata(wheel)
+    base = {canonicalize_name(r.name) for r in map(Requirement, metadata.get_all("Requires-Dist")) if not r.marker}
+    hidden = dependency_closure(set().union(*extra_requirements(metadata).values())) - dependency_closure(base)
+    hide = {"HIDDEN_MODULES": ",".join(sorted(modules_of(hidden))), "HIDDEN_DISTRIBUTIONS": ",".join(sorted(hidden))}
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    for number, block in enumerate(blocks):
+        script = work / f"block_{number}.py"
+        script.write_text(block.code)
+        proc = subprocess.run(
+            [str(installed), str(script)], cwd=work, capture_output=True, text=True, timeout=300, env=env(**hide)
+        )
+        assert proc.returncode == 0, (block.where(), proc.stderr[-3000:])
+    written = {path.relative_to(work).parts[0] for path in work.rglob("*") if not path.name.startswith("block_")}
+    assert written <= {"outputs"} and (work / "outputs" / "my-encoder" / "config.json").is_file(), written
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout
+    assert after == before  # nothing left in the repository

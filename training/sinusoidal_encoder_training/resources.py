@@ -17,3 +17,8 @@ def resource_path(name: str) -> str:
         if (root / name).exists():
             return str(root / name)
     raise FileNotFoundError(f"{name} is neither in {PACKAGED} (an installed wheel) nor in {CHECKOUT} (a checkout)")
+
+
+# The folder of the shipped tokenizer, installed or in a checkout: `AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)`
+# (public as `sinusoidal_encoder_training.SHIPPED_TOKENIZER`).
+SHIPPED_TOKENIZER = resource_path("tokenizer_config")
