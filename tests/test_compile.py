@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import pretrain_cmd, random_ids, run, tiny_config, write_text_corpus
+from conftest import pretrain_cmd, random_ids, run_command, tiny_config, write_text_corpus
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
@@ -91,21 +91,43 @@ def same_weights(a, b) -> bool:
 
 
 @pytest.mark.slow
-def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path):
+@pytest.mark.usefixtures("_fresh_accelerate_state")
+def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path, monkeypatch, capsys):
+    """`--torch_compile` pretraining exports the plain model's weights, and an eager run resumes its checkpoint to the
+    same weights. Both runs go through the command line in-process (`run_command`; each subprocess would cost a start
+    of Python, torch and transformers), the accelerate state reset between them as a new process starts it: the
+    compiled run must compile, the eager one must not."""
+    from accelerate.state import AcceleratorState
+    from torch._dynamo.utils import counters
+
+    from sinusoidal_encoder_training import pretraining
+
     corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
     common = ("--max_train_steps", "4", "--checkpointing_steps", "2", "--gradient_accumulation_steps", "2")
+
+    def pretrain(output_dir, *flags) -> str:
+        argv = pretrain_cmd(corpus, output_dir, *common, *flags)[2:]  # without the interpreter and the script
+        counters.clear()
+        status, out, err = run_command(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
+        assert status == 0, out[-3000:] + err[-3000:]
+        return out
+
     full = tmp_path / "full"
-    proc = run(pretrain_cmd(corpus, full, *common, *COMPILED))
+    out = pretrain(full, *COMPILED)
+    assert counters["aot_autograd"]["ok"] > 0  # the flags took effect: dynamo captured graphs for aot_eager
     exported = load_file(str(full / "model.safetensors"))
     assert not any(name.startswith("_orig_mod") for name in exported)  # the plain model's keys, loadable as such
     loaded, info = AutoModelForMaskedLM.from_pretrained(full, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"] and "saved the model" in proc.stdout
+    assert not info["missing_keys"] and not info["unexpected_keys"] and "saved the model" in out
     assert torch.equal(loaded.get_input_embeddings().weight, exported["model.embeddings.word_embeddings.weight"])
 
     # an eager run resumes the compiled one's checkpoint (bitwise resume under compile: the fine-tuning test below,
     # through the same training loop)
+    AcceleratorState._reset_state(reset_partial_state=True)  # accelerate keeps the compile plugin in its state
+    torch._dynamo.reset()  # no compiled code left to reuse: a compiled run would have to capture frames anew
     checkpoint = ("--resume_from_checkpoint", str(full / "checkpoints" / "step_2"))
-    run(pretrain_cmd(corpus, tmp_path / "eager", *common, *checkpoint))
+    pretrain(tmp_path / "eager", *checkpoint)
+    assert not counters["frames"]["total"]  # eager: dynamo saw no frame
     eager = load_file(str(tmp_path / "eager" / "model.safetensors"))
     for name, value in exported.items():
         torch.testing.assert_close(eager[name], value, atol=1e-5, rtol=1e-4, msg=name)

@@ -28,9 +28,10 @@ PASSAGES = 8
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tokenizer):
-    """A tiny masked-LM folder and a tiny classifier of the built-in task's labels, with the shipped tokenizer."""
+    """A tiny masked-LM folder and a tiny classifier of the built-in task's labels, with the shipped tokenizer: one
+    layer each (every export and session of the run scales with the layers; no figure here depends on them)."""
     root = tmp_path_factory.mktemp("deployment")
-    shared = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    shared = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_hidden_layers=1)
     se.SinusoidalEncoderForMaskedLM(tiny_config(**shared)).save_pretrained(root / "pretrained")
     labels = dict(
         num_labels=len(LABELS), id2label=dict(enumerate(LABELS)), label2id={n: i for i, n in enumerate(LABELS)}
