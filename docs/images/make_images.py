@@ -1,7 +1,7 @@
 """Draw the pictures of docs/encoding.md: one per property of the sinusoidal encoding.
 
     python docs/images/make_images.py                      # rewrites the PNGs next to this file
-    python docs/images/make_images.py --output_dir /tmp/x  # anywhere else
+    python docs/images/make_images.py --output_dir outputs/images  # anywhere else
 
 Every picture is computed with `sinusoidal_encoder.sinusoidal_position_encoding`, the function the model uses.
 Needs matplotlib (the `plots` extra).
