@@ -211,7 +211,7 @@ def commit() -> str | None:
 def workload(which: str, path: str, mode: str, shape: Shape, device: torch.device) -> Callable[[], None]:
     """One call of a cell on the device: a bf16 mixed-precision training step (forward under autocast, backward,
     AdamW on fp32 weights) or a forward of the model in bf16."""
-    from sinusoidal_encoder_training.arguments import TrainingConfig
+    from sinusoidal_encoder_training.configs import TrainingConfig
     from sinusoidal_encoder_training.optimization import make_optimizer
 
     model = build_model(which, path, shape)  # seeded, on the CPU
@@ -598,7 +598,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "fit are skipped (default 210: a 4-minute slot, with room for a compilation slower than guessed).",
     )
     args = parser.parse_args(argv)
-    from sinusoidal_encoder_training.pretraining import MODEL_SIZES
+    from sinusoidal_encoder_training.configs import MODEL_SIZES
 
     for size in args.sizes:
         if size not in MODEL_SIZES:

@@ -288,8 +288,9 @@ def pretrain_without_positions(argv: list[str]) -> None:
     benchmarks/length_generalization.py); the exported folder does not carry the switch, the metrics are what count."""
     from benchmarks import length_generalization
     from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.arguments import parse_config
 
-    config = pretraining.parse_args(argv)
+    config = parse_config(pretraining.PretrainingConfig, argv)
     result = pretraining.pretrain(config, length_generalization.arm_model("no_position", config))
     pretraining.export(config, result)
 

@@ -37,7 +37,8 @@ import torch.nn.functional as F
 
 from benchmarks.similarity_check import ALL_TRIPLES
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.data import DataConfig, load_raw_datasets, text_column
+from sinusoidal_encoder_training.configs import DataConfig
+from sinusoidal_encoder_training.data import load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import save_tokenizer
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"

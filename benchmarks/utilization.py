@@ -73,8 +73,8 @@ def main_job_shape(size: str = "small") -> Shape:
     from transformers import AutoTokenizer
 
     import sinusoidal_encoder as se
+    from sinusoidal_encoder_training.configs import MODEL_SIZES
     from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
-    from sinusoidal_encoder_training.pretraining import MODEL_SIZES
 
     vocab_size = len(AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER))
     return Shape(**MODEL_SIZES[size], vocab_size=vocab_size, hidden_act=se.SinusoidalEncoderConfig().hidden_act)
@@ -155,7 +155,7 @@ def build_model(which: str, path: str, shape: Shape) -> torch.nn.Module:
 
 def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> Callable[[], None]:
     """One call of a cell: a training step (forward, backward, AdamW) or an inference forward."""
-    from sinusoidal_encoder_training.arguments import TrainingConfig
+    from sinusoidal_encoder_training.configs import TrainingConfig
     from sinusoidal_encoder_training.optimization import make_optimizer
 
     model = build_model(which, path, shape)
@@ -334,7 +334,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--_worker", nargs=4, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    from sinusoidal_encoder_training.pretraining import MODEL_SIZES
+    from sinusoidal_encoder_training.configs import MODEL_SIZES
 
     if args.size not in MODEL_SIZES:
         parser.error(f"--size: {args.size!r} is not a preset; choose one of {', '.join(MODEL_SIZES)}.")

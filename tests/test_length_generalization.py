@@ -17,7 +17,9 @@ from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 import sinusoidal_encoder as se
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import data, finetuning, pretraining
+from sinusoidal_encoder_training import data, finetuning
+from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.configs import PretrainingConfig
 from sinusoidal_encoder_training.loop import bf16_is_fast
 
 
@@ -48,7 +50,7 @@ def test_the_shipped_arm_is_the_main_job():
     argv = shlex.split(" ".join(line.rstrip().rstrip("\\") for line in lines[: end + 1]))[2:]
     precision = "bf16" if bf16_is_fast() else "no"
     argv = [precision if arg == "$precision" else arg for arg in argv if arg != "$@"]
-    main_job = pretraining.parse_args(argv)
+    main_job = parse_config(PretrainingConfig, argv)
     shipped = lg.arm_settings(lg.LengthGeneralizationConfig(output_dir="x"), "shipped", seed=42)
     saving = ("output_dir", "checkpointing_steps", "checkpoints_total_limit", "logging_steps")
     assert dataclasses.replace(shipped, **{f: getattr(main_job, f) for f in saving}) == main_job

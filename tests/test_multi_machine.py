@@ -209,6 +209,8 @@ def test_two_machines_train_as_one_process_and_resume_after_a_kill(tmp_path):
     in-process); both killed with SIGKILL after a checkpoint and resumed with `--resume_from_checkpoint latest`, they
     end with the weights and metrics of their uninterrupted run, bit for bit."""
     from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.arguments import parse_config
+    from sinusoidal_encoder_training.configs import PretrainingConfig
 
     # 266 training blocks (the 240 of 30 steps in one epoch) and 23 validation blocks: the last evaluation batch of
     # the two machines (4 + 4) is not full, so accelerate repeats a block there, and each must be counted once
@@ -235,7 +237,7 @@ def test_two_machines_train_as_one_process_and_resume_after_a_kill(tmp_path):
         one = tmp_path / "one"
         plain = ("--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8")
         # the command line's settings, trained here (metrics.jsonl is all this run is for: no export)
-        pretraining.pretrain(pretraining.parse_args(pretrain_cmd(corpus, one, *common, *plain)[2:]))
+        pretraining.pretrain(parse_config(PretrainingConfig, pretrain_cmd(corpus, one, *common, *plain)[2:]))
 
         two = tmp_path / "two"
         uninterrupted = launch(two, "two")

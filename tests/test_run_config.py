@@ -15,10 +15,8 @@ from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corp
 
 from benchmarks import length_generalization as lg
 from sinusoidal_encoder_training import fill_mask, finetuning, hub, onnx_export, pretraining, tokenizer_training
-from sinusoidal_encoder_training.arguments import ConfigParser, TrainingConfig
-from sinusoidal_encoder_training.data import DataConfig
-from sinusoidal_encoder_training.finetuning import FinetuningConfig
-from sinusoidal_encoder_training.pretraining import PretrainingConfig
+from sinusoidal_encoder_training.arguments import ConfigParser, parse_config
+from sinusoidal_encoder_training.configs import DataConfig, FinetuningConfig, PretrainingConfig, TrainingConfig
 
 MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
 
@@ -53,10 +51,10 @@ def test_derived_values_are_computed_from_the_fields():
 
     builtin = FinetuningConfig(model_name_or_path=MODEL, output_dir="out")
     assert builtin.builtin and builtin.with_baselines and not builtin.baselines
-    custom = FinetuningConfig(model_name_or_path=MODEL, output_dir="out", dataset_name="d", text_column_name="body")
+    custom = FinetuningConfig(model_name_or_path=MODEL, output_dir="out", dataset_name=MODEL, text_column_name="body")
     assert not custom.builtin and not custom.with_baselines
     assert dataclasses.replace(custom, baselines=True).with_baselines
-    assert not dataclasses.replace(builtin, dataset_name="d").builtin  # a variant derives its own values
+    assert not dataclasses.replace(builtin, dataset_name=MODEL).builtin  # a variant derives its own values
 
     experiment = lg.LengthGeneralizationConfig(output_dir="out", max_train_steps=60, eval_steps=None, seeds=[3])
     assert experiment.eval_interval == 10 and experiment.seeds == [3]
@@ -70,7 +68,7 @@ def test_derived_values_are_computed_from_the_fields():
         ({"learning_rate": -1.0}, "--learning_rate must be positive"),
         ({"push_to_hub": True}, "--push_to_hub needs --hub_model_id"),
         ({"model_name_or_path": MODEL, "config_overrides": TINY}, "--config_overrides applies to new models"),
-        ({"streaming": True, "dataset_name": "d"}, "--streaming needs --max_train_steps"),
+        ({"streaming": True, "dataset_name": MODEL}, "--streaming needs --max_train_steps"),
         ({"seq_length_schedule": "48:10"}, "--seq_length_schedule"),
         ({"mlm_probability": 0.0}, "--mlm_probability"),
         ({"max_seq_length": 4}, "--max_seq_length"),
@@ -92,7 +90,7 @@ def test_the_built_in_task_takes_no_column_flags():
 def test_the_command_line_is_generated_from_the_fields():
     argv = ["--output_dir", "o", "--max_seq_length", "32", "--seq_length_schedule", "8:2", "--with_tracking"]
     argv += ["--mixed_precision", "bf16", "--num_warmup_steps", "3", "--lr_scheduler_type", "cosine"]
-    parsed = pretraining.parse_args(argv)
+    parsed = parse_config(PretrainingConfig, argv)
     assert parsed == PretrainingConfig(
         output_dir="o",
         max_seq_length=32,
@@ -102,12 +100,12 @@ def test_the_command_line_is_generated_from_the_fields():
         num_warmup_steps=3,
         lr_scheduler_type="cosine",
     )
-    assert pretraining.parse_args(["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
-    tuned = finetuning.parse_args(["--model_name_or_path", MODEL, "--output_dir", "o", "--baselines"])
+    assert parse_config(PretrainingConfig, ["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
+    tuned = parse_config(FinetuningConfig, ["--model_name_or_path", MODEL, "--output_dir", "o", "--baselines"])
     assert tuned == FinetuningConfig(model_name_or_path=MODEL, output_dir="o", baselines=True)
-    assert onnx_export.parse_args([MODEL, "--output", "m.onnx", "--no_check"]) == onnx_export.OnnxExportConfig(
-        model=MODEL, output="m.onnx", no_check=True
-    )
+    assert parse_config(
+        onnx_export.OnnxExportConfig, [MODEL, "--output", "m.onnx", "--no_check"]
+    ) == onnx_export.OnnxExportConfig(model=MODEL, output="m.onnx", no_check=True)
     assert lg.parse_args(["--output_dir", "o", "--seeds", "3", "4", "--finetune_arms"]) == (
         lg.LengthGeneralizationConfig(output_dir="o", seeds=[3, 4], finetune_arms=[])
     )
@@ -124,7 +122,7 @@ def test_the_command_line_is_generated_from_the_fields():
 )
 def test_the_command_line_refuses_what_argparse_can_tell(argv, capsys):
     with pytest.raises(SystemExit):
-        pretraining.parse_args(argv)
+        parse_config(PretrainingConfig, argv)
     assert "usage:" in capsys.readouterr().err
 
 
@@ -203,6 +201,32 @@ def test_every_documented_flag_is_in_the_help(command, capsys):
     assert not documented - helped, f"documented for {command} but not in its --help: {documented - helped}"
     if command in ("pretrain", "finetune", "train_tokenizer"):  # the search finds their calls
         assert len(documented) > 3, documented
+
+
+HEAVY = ("torch", "transformers", "datasets", "accelerate", "tokenizers")
+
+
+def test_help_and_a_bad_value_answer_before_any_heavy_library_is_imported():
+    """`--help` of every console script, and a bad flag value, answer from the run configuration alone: neither torch,
+    transformers, datasets, accelerate nor tokenizers is imported (what made `--help` take seconds)."""
+    runs = [(name, ["--help"]) for name in sorted(MODULES)] + [
+        ("pretrain", ["--output_dir", "o", "--learning_rate", "-1"])
+    ]
+    script = f"""
+import contextlib, io, sys
+from sinusoidal_encoder_training import console
+errors = io.StringIO()
+for name, argv in {runs!r}:
+    sys.argv = [name, *argv]
+    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(errors):
+            getattr(console, name)()
+print(sorted(m for m in {HEAVY!r} if m in sys.modules))
+print(errors.getvalue(), end="")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env())
+    refused = "pretrain: error: --learning_rate must be positive, got -1.0.\n"
+    assert proc.returncode == 0 and proc.stdout == "[]\n" + refused, (proc.stdout, proc.stderr[-2000:])
 
 
 def test_the_documented_flags_are_found():

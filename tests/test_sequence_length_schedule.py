@@ -10,12 +10,8 @@ from conftest import VOCAB_SIZE, random_ids, tiny_config
 from torch.nn import functional as F
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training.pretraining import (
-    MaskedLMTask,
-    PretrainingConfig,
-    describe_length_schedule,
-    parse_length_schedule,
-)
+from sinusoidal_encoder_training.configs import PretrainingConfig, parse_length_schedule
+from sinusoidal_encoder_training.pretraining import MaskedLMTask, describe_length_schedule
 
 
 def test_schedule_is_parsed_and_checked():

@@ -16,9 +16,9 @@ from conftest import REPO, tiny_config
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training import pretraining
 from sinusoidal_encoder_training.arguments import apply_overrides
+from sinusoidal_encoder_training.configs import MODEL_SIZES
 from sinusoidal_encoder_training.export import card_language, describe_data, hub_dataset_id, published_config
 from sinusoidal_encoder_training.optimization import parameter_groups
-from sinusoidal_encoder_training.pretraining import MODEL_SIZES
 
 
 @pytest.mark.parametrize(("size", "low", "high"), [("tiny", 0.3e6, 3e6), ("small", 3e6, 20e6), ("base", 105e6, 115e6)])
@@ -179,9 +179,11 @@ def test_setup_run_again_installs_nothing_and_needs_no_registry():
         ({"dataset_name": "LOCAL"}, "a local dataset, `my_data`", None, None),
     ],
 )
-def test_the_card_names_the_data_as_it_is(tmp_path, data, described, dataset_id, language):
+def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, described, dataset_id, language):
     """Hub datasets by id (and in `datasets:`), local data by name, never by a path of this machine; `language:`
     only where it is known."""
+    (tmp_path / "prepared" / "wikitext").mkdir(parents=True)  # as if prepared by datasets before: found offline
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "prepared"))
     paths = {"TRAIN": tmp_path / "train.txt", "VALID": tmp_path / "dev.txt", "LOCAL": tmp_path / "my_data"}
     for path in paths.values():
         path.write_text("some text\n") if path.suffix else path.mkdir()

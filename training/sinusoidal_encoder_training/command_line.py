@@ -207,15 +207,16 @@ def command(main: Callable[[], Any]) -> Callable[[], None]:
     return entry
 
 
-def run_stage(module: str) -> None:
-    """Import `sinusoidal_encoder_training.MODULE` and run its command line (`cli`): what the console scripts
-    (`console.py`) call, so that a stage whose imports need an extra that is not installed ends, even for `--help`,
-    with the one line of `missing_extra` and status 2, not a traceback."""
-    try:
+def run_stage(module: str, config_class: type | None = None) -> None:
+    """A console script (`console.py`): the flags parsed into `config_class` (`--help`, and a bad value's one line,
+    before any library that does the work is imported), then `sinusoidal_encoder_training.MODULE` imported and its
+    `run(config)` called, behind the front (`command`); a stage without a configuration class runs its own `main`.
+    A stage whose imports need an extra that is not installed ends with the one line of `missing_extra`."""
+    from sinusoidal_encoder_training.arguments import parse_config
+
+    def main() -> None:
+        config = parse_config(config_class) if config_class is not None else None
         stage = importlib.import_module(f"sinusoidal_encoder_training.{module}")
-    except ModuleNotFoundError as error:
-        usage = missing_extra(error)
-        if usage is None or debugging():
-            raise
-        _fail(f"error: {usage}", 2)
-    stage.cli()
+        stage.main() if config is None else stage.run(config)
+
+    command(main)()

@@ -12,10 +12,9 @@ from typing import Any
 from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
-from .arguments import TrainingConfig
 from .checkpoints import resolve_checkpoint
 from .command_line import UsageError, debugging
-from .data import DataConfig
+from .configs import DataConfig, TrainingConfig
 from .hub import error_line, push_folder_to_hub
 from .model_card import draw_pictures, model_reference, pipeline_example, render_model_card
 

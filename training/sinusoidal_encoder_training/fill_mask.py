@@ -1,23 +1,15 @@
-"""Load a pretrained folder with AutoModelForMaskedLM and print fill-mask predictions (the command line
-`sinusoidal-encoder-fill-mask`, or `training/fill_mask.py` in a checkout).
-
-python training/fill_mask.py outputs/small-builtin
-python training/fill_mask.py outputs/small-builtin "Return a [MASK] of the items." --top_k 3
-
-The folder must hold a trained masked-LM head: that of a pretraining run. Any other (a fine-tuned classifier, a
-bare encoder) is refused in one line before any work, as is a folder whose masked-LM head transformers would
-initialise at random: its predictions would be noise.
+"""Fill-mask predictions from a pretrained folder, loaded with AutoModelForMaskedLM, for the texts a `FillMaskConfig`
+(`configs`) names; the command line is `run` (`main`).
 """
 
 from __future__ import annotations
 
-import argparse
-
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
-from sinusoidal_encoder_training.arguments import check_model_source
+from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command, loading
+from sinusoidal_encoder_training.configs import FillMaskConfig
 from sinusoidal_encoder_training.onnx_export import (
     folder_architecture,
     head_problem,
@@ -59,34 +51,33 @@ def mask_problem(text: str, mask_token: str) -> str | None:
     return f"{text!r} has {count} {mask_token} tokens: give one per text (pass several texts for several masks)."
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="A model folder or Hub id with a masked-LM head and a tokenizer.")
-    parser.add_argument("texts", nargs="*", help="Texts with the tokenizer's mask token (default: a few examples).")
-    parser.add_argument("--top_k", type=int, default=5, help="Predictions to show per text.")
-    args = parser.parse_args(argv)
-    check_model_source("MODEL", args.model)
-    architecture = folder_architecture(args.model)  # config.json alone: before any weight is loaded
-    problem = head_problem(args.model, architecture, "fill-mask", instead(architecture))
+def run(config: FillMaskConfig) -> None:
+    """The command: the predictions for each text (`sinusoidal-encoder-fill-mask`, `training/fill_mask.py` in a
+    checkout, once `console.py` has parsed the flags)."""
+    architecture = folder_architecture(config.model)  # config.json alone: before any weight is loaded
+    problem = head_problem(config.model, architecture, "fill-mask", instead(architecture))
     if problem is not None:
         raise UsageError(problem)
-    with loading("MODEL", args.model, "tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
-    for text in args.texts:
+    with loading("MODEL", config.model, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(config.model)
+    for text in config.texts:
         problem = mask_problem(text, tokenizer.mask_token)
         if problem is not None:
             raise UsageError(problem)
-    with loading("MODEL", args.model):
-        model = load_trained(AutoModelForMaskedLM, args.model, instead(architecture))
-    print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {args.model}")
+    with loading("MODEL", config.model):
+        model = load_trained(AutoModelForMaskedLM, config.model, instead(architecture))
+    print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {config.model}")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
-    for text in args.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:
-        predictions = fill(text, top_k=args.top_k)
+    for text in config.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:
+        predictions = fill(text, top_k=config.top_k)
         shown = ", ".join(f"{p['token_str'].strip()!r} {p['score']:.2f}" for p in predictions)
         print(f"{text}\n    -> {shown}")
 
 
-cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+def main(argv: list[str] | None = None) -> None:
+    """`python -m sinusoidal_encoder_training.fill_mask`: the command of `argv` (`sys.argv[1:]` by default)."""
+    run(parse_config(FillMaskConfig, argv))
+
 
 if __name__ == "__main__":
-    cli()
+    command(main)()

@@ -1,35 +1,19 @@
-"""Fine-tune a sinusoidal encoder for sequence or token classification with accelerate.
-
-    # the offline downstream task: which library a passage of the built-in corpus documents
-    python training/finetune.py --model_name_or_path outputs/small-builtin --output_dir outputs/library-classifier
-
-    # your data: text or text pairs, single-label, multi-label (a list of labels) or regression (float labels)
-    accelerate launch training/finetune.py --model_name_or_path outputs/small-builtin \\
-        --dataset_name glue --dataset_config_name mrpc --text_column_name sentence1 \\
-        --text_pair_column_name sentence2 --output_dir out
-    # token classification: a column of words and a column of tags per word
-    python training/finetune.py --task token-classification --model_name_or_path M \\
-        --train_file train.jsonl --validation_file dev.jsonl --text_column_name tokens \\
-        --label_column_name ner_tags --output_dir out
-
-Labels become `id2label`/`label2id` in the saved config; metrics are computed locally (accuracy and macro-F1;
-micro/macro-F1 for multi-label; Pearson/Spearman for regression; entity-level F1 for tokens). The output folder is
-Hub-ready and loads with the matching Auto class and in the text- / token-classification pipeline.
+"""The fine-tuning stage: sequence or token classification with accelerate, on the data and model that a
+`FinetuningConfig` (`configs`) describes.
 
 In code: `finetune(FinetuningConfig(model_name_or_path=..., output_dir=...))`, then `export(config, result)`. This
-module holds the run configuration, the task data and its label space, the classification task of the training
-loop, the stage, the export of its folder and the command line (`main`).
+module holds the task data and its label space, the classification task of the training loop, the stage, the
+export of its folder and the command line (`run`, `main`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any
 
 import datasets
 import torch
@@ -47,22 +31,18 @@ from transformers import (
 
 import sinusoidal_encoder
 from sinusoidal_encoder_training.arguments import (
-    TrainingConfig,
     apply_overrides,
-    check_model_source,
-    check_positive,
     parse_config,
-    redefault,
 )
 from sinusoidal_encoder_training.command_line import (
     UsageError,
     check_local_files,
     command,
     loading,
-    require_extra,
 )
+from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
-from sinusoidal_encoder_training.data import DataConfig, derive_seed, load_raw_datasets, text_column
+from sinusoidal_encoder_training.data import derive_seed, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.hub import check_hub_access
 from sinusoidal_encoder_training.loop import StageResult, TrainingTask, make_accelerator, make_loaders, train
@@ -75,116 +55,8 @@ from sinusoidal_encoder_training.metrics import (
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
 
-Task = Literal["text-classification", "token-classification"]
-ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
-TASKS, PROBLEM_TYPES = get_args(Task), get_args(ProblemType)
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FinetuningConfig(DataConfig, TrainingConfig):
-    """The run configuration of fine-tuning: the data and training settings (with fine-tuning's own defaults for the
-    learning rate and the epochs), and those of the task and model. `model_name_or_path` and `output_dir` are
-    required. Derived: `builtin` (no data setting: the offline downstream task, whose columns are "text" and
-    "label") and `with_baselines` (`baselines`, on for the built-in task)."""
-
-    _argument_group_name = "task and model"
-
-    task: Task = dataclasses.field(default="text-classification", metadata={"help": "What to fine-tune for."})
-    model_name_or_path: str = dataclasses.field(
-        metadata={"help": "A sinusoidal-encoder folder or Hub id (pretrained or not)."}
-    )
-    tokenizer_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's)."}
-    )
-    text_pair_column_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Second text of a pair (sequence classification)."}
-    )
-    label_column_name: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels')."
-        },
-    )
-    problem_type: ProblemType | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
-            "unless set."
-        },
-    )
-    max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
-    pad_to_multiple_of: int | None = dataclasses.field(
-        default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
-    )
-    config_overrides: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "Comma-separated fields of the model's config to change before fine-tuning, e.g. "
-            "'classifier_pooling=mean,classifier_dropout=0.2'; fields that change a weight's shape are refused."
-        },
-    )
-    ignore_mismatched_sizes: bool = dataclasses.field(
-        default=False,
-        metadata={"help": "Replace a classification head of another size in --model_name_or_path with a new one."},
-    )
-    base_model_id: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "The Hub id of the pretrained model, for the model card's base_model (default: "
-            "--model_name_or_path when that is a Hub id)."
-        },
-    )
-    max_train_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Keep the first N training examples."}
-    )
-    max_eval_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Keep the first N evaluation examples."}
-    )
-    baselines: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "Also score a majority-class and a TF-IDF + logistic-regression baseline on the same split "
-            "(single-label sequence classification; needs scikit-learn). On by default for the built-in task."
-        },
-    )
-    learning_rate: float = redefault(TrainingConfig, "learning_rate", 1e-4)
-    num_train_epochs: int = redefault(TrainingConfig, "num_train_epochs", 3)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.streaming:
-            raise UsageError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
-        if self.max_length < 4:
-            raise UsageError(f"--max_length must be at least 4, got {self.max_length}.")
-        if self.task == "token-classification" and self.text_pair_column_name:
-            raise UsageError("--text_pair_column_name is for text-classification.")
-        check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
-        check_model_source("--model_name_or_path", self.model_name_or_path)
-        check_model_source("--tokenizer_name", self.tokenizer_name)
-        if self.baselines:
-            require_extra("sklearn", "baselines", "--baselines")
-        if self.builtin and self.task != "text-classification":
-            raise UsageError(
-                "The built-in downstream task is text classification: pass data for token-classification."
-            )
-        if self.builtin and (self.text_column_name or self.text_pair_column_name or self.label_column_name):
-            raise UsageError(
-                "--text_column_name, --text_pair_column_name and --label_column_name name columns of your data "
-                "(--dataset_name or --train_file); the built-in task's are 'text' and 'label'."
-            )
-
-    @property
-    def builtin(self) -> bool:
-        """No data setting: the offline downstream task on the built-in corpus."""
-        return not (self.dataset_name or self.train_file)
-
-    @property
-    def with_baselines(self) -> bool:
-        """Whether the run scores the baselines: `--baselines`, or the built-in task where scikit-learn is installed
-        (without it, the built-in task goes without them, and says so)."""
-        return self.baselines or (self.builtin and importlib.util.find_spec("sklearn") is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -655,15 +527,9 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
     )
 
 
-def parse_args(argv: list[str] | None = None) -> FinetuningConfig:
-    """The run configuration of a command line (`sys.argv[1:]` by default), checked."""
-    return parse_config(FinetuningConfig, argv, __doc__)
-
-
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """The command line: `sinusoidal-encoder-finetune`, `python -m sinusoidal_encoder_training.finetuning`, or
-    `training/finetune.py` in a checkout."""
-    config = parse_args(argv)
+def run(config: FinetuningConfig) -> dict[str, float]:
+    """The command: fine-tune, then export the folder (`sinusoidal-encoder-finetune`, `training/finetune.py` in a
+    checkout, once `console.py` has parsed the flags); returns the final metrics."""
     result = finetune(config)
     try:
         export(config, result)
@@ -673,7 +539,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return result.metrics
 
 
-cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """`python -m sinusoidal_encoder_training.finetuning`: the command of `argv` (`sys.argv[1:]` by default)."""
+    return run(parse_config(FinetuningConfig, argv))
+
 
 if __name__ == "__main__":
-    cli()
+    command(main)()

@@ -19,9 +19,9 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from .arguments import TrainingConfig
 from .checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
 from .command_line import Interrupted, Terminated, UsageError
+from .configs import TrainingConfig
 from .metrics_log import MetricsLog, format_metrics
 
 

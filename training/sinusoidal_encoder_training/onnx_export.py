@@ -1,31 +1,16 @@
-"""Export a saved model folder to ONNX with dynamic batch and sequence axes, and check it with onnxruntime.
-
-    python training/export_onnx.py outputs/small-builtin                      # -> outputs/small-builtin/model.onnx
-    python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
-    python training/export_onnx.py outputs/library-classifier                # its own head: text-classification
-
-The folder's own head is exported by default: the one config.json's `architectures` names (a masked-LM folder:
-fill-mask; a sequence classifier: text-classification; a token classifier: token-classification; a bare encoder:
-feature-extraction). `--task` chooses; a head the folder does not have (one transformers would initialise at
-random) is refused, and feature-extraction, the encoder alone, exports from any folder. The graph takes
-`input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits` (fill-mask,
-text-classification: one row per text, token-classification) or `last_hidden_state` (feature-extraction). The
-position encoding is computed inside the graph from the positions, so the exported model runs at any length, past
-`max_position_embeddings` too. An existing export (the .onnx file or its .onnx.data) is replaced only with
-`--overwrite`; missing folders of `--output` are created. Needs the `onnx`, `onnxscript` and `onnxruntime`
-packages (the `integrations` extra).
+"""The ONNX export of a saved model folder, with dynamic batch and sequence axes, checked with onnxruntime; what
+is exported is an `OnnxExportConfig` (`configs`).
 
 In code: `export_onnx(model, path, output_name)` and `check_onnx(...)`; `load_trained` loads a head and refuses
-one that transformers initialises at random; the command line is `main`.
+one that transformers initialises at random; the command line is `run`
+(`main`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Iterator
-from typing import Literal
 
 import torch
 from transformers import (
@@ -38,8 +23,9 @@ from transformers import (
 from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
-from sinusoidal_encoder_training.arguments import FlagConfig, check_model_source, parse_config
+from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command, loading, require_extra
+from sinusoidal_encoder_training.configs import OnnxExportConfig
 
 TASKS = {
     "fill-mask": (AutoModelForMaskedLM, "logits"),
@@ -189,79 +175,6 @@ def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 
     return worst
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class OnnxExportConfig(FlagConfig):
-    """The settings of the export, with `output_path` derived (MODEL/model.onnx for a local folder by default)."""
-
-    model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
-    task: Literal["feature-extraction", "fill-mask", "text-classification", "token-classification"] | None = (
-        dataclasses.field(
-            default=None,
-            metadata={
-                "help": "Which head to export (default: the folder's own, from config.json's `architectures`). A "
-                "head the folder does not have is refused; feature-extraction (the encoder) exports from any folder."
-            },
-        )
-    )
-    output: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "The .onnx file, or a folder for FOLDER/model.onnx (default: MODEL/model.onnx for a folder). "
-            "Missing folders are created."
-        },
-    )
-    overwrite: bool = dataclasses.field(
-        default=False, metadata={"help": "Replace an existing export at the output (the .onnx and .onnx.data)."}
-    )
-    opset: int = dataclasses.field(default=18, metadata={"help": "ONNX opset version."})
-    no_check: bool = dataclasses.field(default=False, metadata={"help": "Skip the onnxruntime comparison."})
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_model_source("MODEL", self.model)
-        if self.output is None and not os.path.isdir(self.model):
-            raise UsageError("--output is needed when the model is not a local folder.")
-        check_output(self.output_path, "--output" if self.output else "the output", self.overwrite)
-
-    @property
-    def output_path(self) -> str:
-        """`--output` (model.onnx in it when it is a folder, or ends with '/'), or model.onnx in the model folder."""
-        if self.output is None:
-            return os.path.join(self.model, "model.onnx")
-        if os.path.isdir(self.output) or self.output.endswith(("/", os.sep)):
-            return os.path.join(self.output, "model.onnx")
-        return self.output
-
-
-def check_output(path: str, name: str, overwrite: bool) -> None:
-    """A `UsageError` before any work when the export could not be written to `path`: an earlier export there (the
-    .onnx file or its weights, .onnx.data) without `overwrite`, a folder in its place, or a parent that is a file or
-    not writable. Missing parent folders are fine: `main` creates them just before it writes."""
-    if os.path.isdir(path):
-        raise UsageError(f"{name} {path!r} is a folder: name the .onnx file to write with --output.")
-    weights = path + ".data"
-    if not overwrite and (os.path.lexists(path) or os.path.lexists(weights)):
-        if not os.path.lexists(path):
-            found = f"{name} {path!r}: {weights!r} (the weights of an earlier export) already exists"
-        else:
-            found = f"{name} {path!r} already exists" + (
-                f" (with its weights, {weights!r})" if os.path.lexists(weights) else ""
-            )
-        raise UsageError(f"{found}: pass --overwrite to replace it, or choose another --output.")
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is a file, not a folder.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is not writable.")
-
-
-def parse_args(argv: list[str] | None = None) -> OnnxExportConfig:
-    """The export's configuration of a command line (`sys.argv[1:]` by default), checked."""
-    return parse_config(OnnxExportConfig, argv, __doc__)
-
-
 def _export_instead(own: str | None, task: str) -> str:
     """What to export instead of `task`'s head from a folder whose own head is `own`'s."""
     if own not in (None, task, "feature-extraction"):
@@ -298,10 +211,9 @@ def resolve_task(config: OnnxExportConfig) -> tuple[str, str | None]:
     return task, own
 
 
-def main(argv: list[str] | None = None) -> None:
-    """The command line: `sinusoidal-encoder-export-onnx`, `python -m sinusoidal_encoder_training.onnx_export`, or
-    `training/export_onnx.py` in a checkout."""
-    config = parse_args(argv)
+def run(config: OnnxExportConfig) -> None:
+    """The command: export, then compare with PyTorch (`sinusoidal-encoder-export-onnx`, `training/export_onnx.py` in
+    a checkout, once `console.py` has parsed the flags)."""
     for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
         require_extra(module, what="the ONNX export")  # before the model is loaded
     task, own = resolve_task(config)
@@ -317,7 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"onnxruntime against PyTorch, real tokens, lengths 8 and 300: max abs difference {worst:.2e}")
 
 
-cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+def main(argv: list[str] | None = None) -> None:
+    """`python -m sinusoidal_encoder_training.onnx_export`: the command of `argv` (`sys.argv[1:]` by default)."""
+    run(parse_config(OnnxExportConfig, argv))
+
 
 if __name__ == "__main__":
-    cli()
+    command(main)()

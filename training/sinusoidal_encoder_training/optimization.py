@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .arguments import TrainingConfig
+from .configs import TrainingConfig
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

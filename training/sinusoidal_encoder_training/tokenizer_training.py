@@ -1,18 +1,8 @@
-"""Train a byte-level BPE tokenizer with the `tokenizers` library on any corpus the pretraining script accepts.
+"""Tokenizer training: a byte-level BPE trained with the `tokenizers` library on the corpus a
+`TokenizerTrainingConfig` (`configs`) names.
 
-    python training/train_tokenizer.py --output_dir tokenizer_config                  # the built-in corpus
-    python training/train_tokenizer.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \\
-        --vocab_size 30522 --output_dir my-tokenizer
-
-Byte-level BPE never rejects or loses text: every Unicode string is encoded through its UTF-8 bytes, and
-decode(encode(text)) gives it back (no normalisation, no cleanup of spaces), but for the space every text is given
-before its first word, so that the word and the words of pre-split input get their running-text ids: the decoder
-takes it off, and so a text that starts with a space comes back with one space fewer. The result is a transformers
-fast tokenizer folder (tokenizer.json, tokenizer_config.json, special tokens) that `AutoTokenizer.from_pretrained`
-loads, with [CLS] ... [SEP] (and [CLS] A [SEP] B [SEP] for pairs) added around inputs.
-
-In code: `train_tokenizer(TokenizerTrainingConfig(output_dir=...))`. This module holds the configuration, the
-tokenizer it builds and the command line (`main`).
+In code: `train_tokenizer(TokenizerTrainingConfig(output_dir=...))`. This module holds the tokenizer
+it builds and the command line (`run`, `main`).
 """
 
 from __future__ import annotations
@@ -26,88 +16,15 @@ from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import command
+from sinusoidal_encoder_training.configs import SPECIAL_TOKENS, TokenizerTrainingConfig
 from sinusoidal_encoder_training.data import (
-    DataConfig,
     iterate_texts,
     load_raw_datasets,
     text_column,
 )
 from sinusoidal_encoder_training.export import save_tokenizer
 from sinusoidal_encoder_training.run_folder import empty_folder
-
-SPECIAL_TOKENS = {
-    "pad_token": "[PAD]",
-    "unk_token": "[UNK]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "mask_token": "[MASK]",
-}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TokenizerTrainingConfig(DataConfig):
-    """The settings of tokenizer training (the data settings, the output and the vocabulary), checked when built."""
-
-    output_dir: str = dataclasses.field(metadata={"help": "Where the tokenizer folder is written."})
-    vocab_size: int = dataclasses.field(default=16384, metadata={"help": "Vocabulary size, special tokens included."})
-    min_frequency: int = dataclasses.field(default=2, metadata={"help": "Minimum count of a pair to be merged."})
-    model_max_length: int | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "A length cap to write into the tokenizer (default: none; the sinusoidal encoder runs at any "
-            "length, and the length a model was trained at is its config's max_position_embeddings)."
-        },
-    )
-    seed: int = dataclasses.field(
-        default=42, metadata={"help": "Seed of the validation split of a dataset without one."}
-    )
-    overwrite_output_dir: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "Empty --output_dir first when it holds other files than a tokenizer this command trained (a "
-            "model folder, your own files): without it such a folder is refused."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.overwrite_output_dir:
-            problem = tokenizer_folder_problem(self.output_dir)
-            if problem is not None:
-                raise UsageError(problem)
-        if self.vocab_size <= len(SPECIAL_TOKENS) + 256:
-            raise UsageError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
-
-
-# what a folder written by this command holds: a folder of only these (with its training_args.json) is retrained
-TOKENIZER_FILES = frozenset(
-    {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "training_args.json"}
-)
-
-
-def tokenizer_folder_problem(output_dir: str) -> str | None:
-    """Why a tokenizer may not be written to `output_dir`, or None: a file; a folder that holds more than a
-    tokenizer this command trained (a model folder, whose tokenizer would be replaced under its weights; your own
-    files)."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
-    entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
-    if not entries:
-        return None
-    trained_here = False
-    try:
-        with open(os.path.join(output_dir, "training_args.json")) as handle:
-            trained_here = "trained_on" in json.load(handle)
-    except (OSError, ValueError):
-        pass
-    if trained_here and set(entries) <= TOKENIZER_FILES:
-        return None
-    shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
-    return (
-        f"--output_dir {output_dir} holds other files than a tokenizer this command trained ({shown}): choose "
-        "another --output_dir (then pass it as --tokenizer_name), or --overwrite_output_dir to empty it first."
-    )
 
 
 def build_tokenizer(
@@ -196,15 +113,9 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
     return TokenizerTrainingResult(tokenizer=tokenizer, source=source)
 
 
-def parse_args(argv: list[str] | None = None) -> TokenizerTrainingConfig:
-    """The configuration of a command line (`sys.argv[1:]` by default), checked."""
-    return parse_config(TokenizerTrainingConfig, argv, __doc__)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The command line: `sinusoidal-encoder-train-tokenizer`, `python -m
-    sinusoidal_encoder_training.tokenizer_training`, or `training/train_tokenizer.py` in a checkout."""
-    config = parse_args(argv)
+def run(config: TokenizerTrainingConfig) -> None:
+    """The command: train and save the tokenizer, and say what was built (`sinusoidal-encoder-train-tokenizer`,
+    `training/train_tokenizer.py` in a checkout, once `console.py` has parsed the flags)."""
     result = train_tokenizer(config)
     size, folder = len(result.tokenizer), config.output_dir
     print(f"trained a byte-level BPE of {size:,} tokens on {result.source}; saved to {folder}")
@@ -215,7 +126,11 @@ def main(argv: list[str] | None = None) -> None:
         )
 
 
-cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
+def main(argv: list[str] | None = None) -> None:
+    """`python -m sinusoidal_encoder_training.tokenizer_training`: the command of `argv` (`sys.argv[1:]` by
+    default)."""
+    run(parse_config(TokenizerTrainingConfig, argv))
+
 
 if __name__ == "__main__":
-    cli()
+    command(main)()
