@@ -1,7 +1,9 @@
 """Claims that stay true (issue 42): what README, the docs, help texts and docstrings name must exist. A path of
 this repository (`benchmarks/gpu.py`, `docs/model.md`), a README section cited by name (`README, "Install"`), a
-module run with `python -m`: each is looked up. (Flags documented for a command are checked against its `--help`
-in tests/test_run_config.py; links between pages by `mkdocs build --strict` in tests/test_docs.py.)"""
+module run with `python -m`: each is looked up. A measured figure in the prose of the pages (a time, a speed, a loss,
+a share) carries the date of its measurement, and for a time or a speed its machine, unless docs/tables.py writes or
+checks it from a committed result file. (Flags documented for a command are checked against its `--help` in
+tests/test_run_config.py; links between pages by `mkdocs build --strict` in tests/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -81,3 +83,143 @@ def test_every_path_section_and_module_named_exists():
 )
 def test_named_paths_are_found_and_placeholders_left_out(text, expected):
     assert named_paths(text) == expected
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# measured figures in prose (issue 42: figures in prose come from the committed result files, as the tables do, or
+# carry their date and machine)
+#
+# The convention. A measured figure in the prose of README.md, model_card.md and docs/*.md stands in a paragraph,
+# list item or hand-written table that names the date of its measurement (2026-11-27, or 2026-11), and for a time or
+# a speed the machine too (2 CPU cores, an NVIDIA H200), or it is one that docs/tables.py writes or checks: inside a
+# table region, or one of README's "Results" figures (`readme_figures`, checked against their source files by
+# tests/test_docs.py). A list or a hand-written table also takes the date and machine of the paragraph that leads in
+# to it ("**Findings** (runs of 2026-11-26 on 2 CPU cores)"), with nothing but code blocks or a table region between.
+# Code blocks (commands, printed output) and HTML comments (the reasons of `<!-- not run: ... -->`) are not prose;
+# CHANGELOG.md is dated by its releases.
+
+FIGURE_PAGES = ("README.md", "model_card.md", "docs/*.md")  # not docs/api (docstrings) nor docs/changelog.md
+NUMBER = r"(?<![\w.])\d[\d,]*(?:\.\d+)?"  # 9, 9,000, 2.71; not the 10 of 1e-10 or of v1.10
+FIGURE = re.compile(
+    # a time or a speed: it needs its machine
+    rf"(?P<speed>{NUMBER}(?:\s(?:ms|s|min)|\s?(?:minutes?|seconds?|hours?|tokens/s|[GT]FLOP/s|x faster))(?![\w/])"
+    # a ratio with decimals (2.80×, 1.75 times); an integer one is a setting (4× the training length, 32 × 128)
+    r"|(?<![\w.])\d+\.\d+(?:\s?×|\stimes\b)(?!\s?\d))"
+    # a loss, a share, a size; a figure named as what it measures
+    rf"|{NUMBER}\s?(?:nats?|%|[KMGT]i?B)(?![\w/])"
+    r"|\b(?:loss|perplexity|accuracy|macro-F1|order gap)\s(?:(?:of|at|from)\s)?[+−-]?\d+\.\d+"
+)
+DATE = re.compile(r"\b20\d\d-[01]\d(?:-[0-3]\d)?\b")
+MACHINE = re.compile(r"\b(?:CPU|GPU|core|machine|EPYC|H100|H200)s?\b")
+# figures that are settings or definitions, not measurements, which FIGURE cannot tell from measured ones (each
+# phrase as the page writes it, whitespace collapsed)
+SETTINGS = (
+    "80% replaced by `[MASK]`, 10% by a random token, 10% kept",  # BERT's masking recipe (docs/pretraining.md)
+    "(15% of the tokens)",  # the masking rate (docs/performance.md)
+    "the masked tokens only (15%)",  # the same (docs/pretraining.md)
+    "below the 1.3× target",  # issue 40's target (docs/pretraining.md)
+    "up to 256 MiB",  # a limit of the data-file check (docs/pretraining.md)
+    "a 1 MB line",  # an input of a test (docs/model.md)
+)
+
+
+def prose_units(text: str) -> list[tuple[int, str, str]]:
+    """(line, text, lead-in) of every paragraph, list item and hand-written table of a markdown page, outside code
+    blocks, table regions and HTML comments, with whitespace collapsed; the lead-in of a list item or table is the
+    paragraph before its list or table (only code blocks and table regions between), "" for a paragraph."""
+    blank = lambda match: "\n" * match.group(0).count("\n")  # noqa: E731  (keeps the line numbers)
+    text = re.sub(r"^<!-- table: .*?^<!-- end table -->", blank, text, flags=re.S | re.M)
+    text = re.sub(r"<!--.*?-->", blank, text, flags=re.S)
+    blocks, block, fence = [], [], None  # a block: [(line number, line), ...]
+    for number, line in enumerate([*text.split("\n"), ""], start=1):
+        stripped = line.strip()
+        opening = re.match(r"`{3,}|~{3,}", stripped)
+        if fence or opening or not stripped:
+            if block:
+                blocks.append(block)
+            block = []
+            if fence and stripped.startswith(fence) and not stripped.strip(fence[0]):
+                fence = None
+            elif opening and not fence:
+                fence = opening.group(0)
+            continue
+        block.append((number, line))
+    units, lead = [], ""
+    item = re.compile(r"\s*(?:[-*+]|\d+\.)\s")
+    for block in blocks:
+        first = block[0][1].lstrip()
+        if first.startswith("|") or item.match(first):
+            starts = [0] if first.startswith("|") else [i for i, (_, line) in enumerate(block) if item.match(line)]
+            for start, end in zip(starts, [*starts[1:], len(block)], strict=True):
+                units.append((block[start][0], " ".join(" ".join(line for _, line in block[start:end]).split()), lead))
+            lead = ""
+        else:
+            joined = " ".join(" ".join(line for _, line in block).split())
+            units.append((block[0][0], joined, ""))
+            lead = "" if first.startswith("#") else joined
+    return units
+
+
+def undated_figures(text: str, checked: tuple[str, ...] = ()) -> list[tuple[int, list[str]]]:
+    """(line, figures) of every unit of a page (`prose_units`) whose measured figures lack their date, or for a time
+    or a speed its machine, in the unit and its lead-in; the phrases `checked` (figures checked against their source
+    files) and SETTINGS left out."""
+    found = []
+    for line, unit, lead in prose_units(text):
+        for phrase in (*checked, *SETTINGS):
+            unit = unit.replace(phrase, " ")
+        figures = list(FIGURE.finditer(unit))
+        context = f"{unit} {lead}"
+        dated, machine = DATE.search(context), MACHINE.search(context)
+        missing = [m.group(0) for m in figures if not dated or (m.group("speed") and not machine)]
+        if missing:
+            found.append((line, missing))
+    return found
+
+
+def readme_checked_figures() -> tuple[str, ...]:
+    """README's "Results" figures as docs/tables.py checks them against their source files (`readme_figures`)."""
+    spec = importlib.util.spec_from_file_location("docs_tables", REPO / "docs" / "tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tables  # dataclasses look their module up
+    spec.loader.exec_module(tables)
+    return tuple(figure for figures in tables.readme_figures().values() for figure, _ in figures)
+
+
+def test_measured_figures_in_prose_carry_a_date_or_come_from_a_result_file():
+    readme = readme_checked_figures()
+    problems = []
+    for file in sorted({file for pattern in FIGURE_PAGES for file in REPO.glob(pattern)}):
+        if file.name == "changelog.md":  # CHANGELOG.md, included
+            continue
+        checked = readme if file.name == "README.md" else ()
+        for line, figures in undated_figures(file.read_text(encoding="utf-8"), checked):
+            problems.append(f"{file.relative_to(REPO)}:{line}: {', '.join(figures)}")
+    assert not problems, (
+        "measured figures in prose without the date of their measurement (and for times and speeds the machine) in "
+        "their paragraph or list item, or in the paragraph that leads in to their list; date them (`2 CPU cores, "
+        "2026-11-27`), or generate them from their result file with docs/tables.py:\n" + "\n".join(problems)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("It takes 7 minutes and 9,000 tokens/s.", [(1, ["7 minutes", "9,000 tokens/s"])]),
+        ("It takes 7 minutes on 2 CPU cores (2026-11-26).", []),
+        ("It takes 7 minutes (2026-11-26).", [(1, ["7 minutes"])]),  # a time needs its machine
+        ("The loss is 2.71 nats (2026-11-27).\n\nA share of 58%.", [(3, ["58%"])]),
+        ("It ends at loss 4.3371 and accuracy 0.867, dropout 0.1.", [(1, ["loss 4.3371", "accuracy 0.867"])]),
+        ("Ours is 1.40× BERT.\n\nA batch of 32 × 128 at 4× the length, 1e-10 apart.", [(1, ["1.40×"])]),
+        ("**Findings** (2026-11-26, 2 CPU cores)\n\n- rises 1.6 nats\n- 0.5 ms a call", []),
+        ("Lead.\n\n```bash\nrun  # 9 minutes\n```\n\n- rises 1.6 nats\n  over 4×", [(7, ["1.6 nats"])]),
+        ("## On 2026-11-26\n\n- rises 1.6 nats", [(3, ["1.6 nats"])]),  # a heading leads in to nothing
+        (
+            "<!-- not run: 9 minutes -->\n```bash\nx\n```\n\n<!-- table: t (python docs/tables.py) -->\n| 2.80× |\n"
+            "<!-- end table -->\n\nMasks (15% of the tokens).",
+            [],
+        ),
+    ],
+)
+def test_undated_figures_are_found_and_dated_or_generated_ones_left_out(text, expected):
+    assert undated_figures(text) == expected

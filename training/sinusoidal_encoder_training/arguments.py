@@ -167,9 +167,9 @@ def redefault(config_class: type, name: str, default: Any) -> Any:
 
 def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
     """argparse's options for the flag of one field, from its type hint: `X | None` as X (default None), a `Literal`
-    as its choices, `list[X]` as values of X (`nargs` "+", or the field's own `"nargs"`), a boolean as a bare switch
-    (all default to False), the field's default, or `required` without one. The help text is taken literally (a `%`
-    needs no escaping)."""
+    as its choices, `list[X]` as values of X (`nargs` "+"), a boolean as a bare switch (all default to False), the
+    field's default, or `required` without one; argparse's `nargs`, `choices` and `metavar` where the field's
+    metadata gives them. The help text is taken literally (a `%` needs no escaping)."""
     options: dict[str, Any] = {"help": field.metadata.get("help", "").replace("%", "%%")}
     arguments = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(arguments) == 1:
@@ -194,8 +194,9 @@ def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
         options["default"] = field.default_factory()
     elif not field.metadata.get("positional"):
         options["required"] = True
-    if "nargs" in field.metadata:
-        options["nargs"] = field.metadata["nargs"]
+    for key in ("nargs", "choices", "metavar"):  # argparse's own options, given in the metadata
+        if key in field.metadata:
+            options[key] = field.metadata[key]
     return options
 
 
