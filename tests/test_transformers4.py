@@ -24,8 +24,8 @@ TEXTS = ["Return the sinusoidal encoding of every position.", "naïve café — 
 
 
 def saved_folders(root: Path) -> None:
-    """Every head (and variants: pre-LN, padding, a length past max_position_embeddings, no tying), with the
-    outputs computed here, plus an exported tokenizer."""
+    """Every head (and variants: pre-LN, padding, a length past max_position_embeddings, no tying, rotary and ALiBi
+    positions), with the outputs computed here, plus an exported tokenizer."""
     ids = random_ids(2, 10)
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
@@ -35,6 +35,8 @@ def saved_folders(root: Path) -> None:
         (AutoModelForMaskedLM, se.SinusoidalEncoderForMaskedLM, {"norm_first": True, "hidden_act": "gelu"}),
         (AutoModelForMaskedLM, se.SinusoidalEncoderForMaskedLM, {"tie_word_embeddings": False, "pad_token_id": 3}),
         (AutoModel, se.SinusoidalEncoderModel, {"max_position_embeddings": 16}),
+        (AutoModelForMaskedLM, se.SinusoidalEncoderForMaskedLM, {"position_encoding": "rotary"}),
+        (AutoModelForMaskedLM, se.SinusoidalEncoderForMaskedLM, {"position_encoding": "alibi"}),
     ]
     for index, (auto_class, model_class, overrides) in enumerate(variants):
         model = model_class(tiny_config(num_labels=3, **overrides)).eval()
@@ -76,7 +78,7 @@ def test_saved_folders_load_on_transformers_4_with_the_same_outputs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["transformers"].startswith("4.57.") and not report["package_importable"]
-    assert len(report["models"]) == len(se.AUTO_CLASSES) + 3
+    assert len(report["models"]) == len(se.AUTO_CLASSES) + 5
     for name, result in report["models"].items():
         assert result["module"].startswith("transformers_modules."), name  # the folder's own code ran
         assert result["class"] == name.split("-", 1)[1]

@@ -53,7 +53,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         classifier_pooling (`str`, defaults to `"cls"`): how sequence-level heads pool the tokens: `"cls"` (the first
             token) or `"mean"` (the mean over tokens that the attention mask keeps).
         position_encoding_base (`float`, defaults to 10000.0): the base of the wavelengths, PE(pos, 2i) =
-            sin(pos / base^(2i/d)).
+            sin(pos / base^(2i/d)); with `position_encoding="rotary"`, that of the rotation angles.
         scale_embeddings (`bool`, defaults to `True`): multiply token embeddings by √hidden_size, as the paper does.
         norm_first (`bool`, defaults to `False`): `False` is the paper's post-LN layer (LayerNorm after each residual
             sum); `True` is pre-LN (LayerNorm before each sub-layer, plus a final LayerNorm).
@@ -103,9 +103,24 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             spacing without its noise: with `"ordered_subset"` the k-th of n real tokens gets ⌊k·L/n⌋, with
             `"stratified"` the middle of its cell, ⌊k·L/n⌋ + w // 2 for a cell of w positions. Training always draws.
 
-    A mode's parameters are checked together with it: one set away from its default for a mode that does not read it
-    is an error. Configs saved before `position_mode` existed (`position_sampling`, `random_position_offset`,
-    `position_sampling_range/_seed/_inference`) load as they were trained.
+        position_encoding (`str`, defaults to `"sinusoidal"`): how the positions enter the model (`positions.py`
+            holds one function per encoding):
+            - `"sinusoidal"`: the paper's encoding PE(pos), added to the token embeddings.
+            - `"rotary"`: nothing is added; every attention layer rotates the first `partial_rotary_factor` of each
+              query and key head, pair by pair (2i, 2i+1), by the angle pos / base^(2i/r), r the rotated size: the
+              rotation that takes the sinusoidal encoding of size r from position 0 to pos (Su et al. 2021,
+              "RoFormer"), so that attention scores depend on the offset between tokens alone.
+            - `"alibi"`: nothing is added; every attention layer adds -m_h · |p_i - p_j| to the score of tokens i and
+              j in head h, with the paper's head slopes m_h (Press et al. 2022, "Train Short, Test Long"), made
+              symmetric for an encoder. The bias needs a score for every pair of tokens: calls with padding run on
+              the padded layout (not `unpad_inputs`), and flash attention is refused.
+            With `position_mode="none"` there is no position to encode: leave it at `"sinusoidal"`.
+        partial_rotary_factor (`float`, defaults to 1.0): the share of each head's dimensions that `"rotary"`
+            rotates, in (0, 1] (rounded down to an even number of dimensions); the rest carry no position.
+
+    A mode's or an encoding's parameters are checked together with it: one set away from its default for a mode or
+    an encoding that does not read it is an error. Configs saved before `position_mode` existed (`position_sampling`,
+    `random_position_offset`, `position_sampling_range/_seed/_inference`) load as they were trained.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -128,7 +143,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         pad_token_id: int | None = 0,
         classifier_dropout: float | None = None,
         classifier_pooling: str = "cls",
-        position_encoding_base: float = 10000.0,
+        position_encoding_base: float = POSITION_DEFAULTS["position_encoding_base"],
         scale_embeddings: bool = True,
         norm_first: bool = False,
         tie_word_embeddings: bool = True,
@@ -140,6 +155,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         position_range: int = POSITION_DEFAULTS["position_range"],
         position_seed: int = POSITION_DEFAULTS["position_seed"],
         position_inference: str = POSITION_DEFAULTS["position_inference"],
+        position_encoding: str = POSITION_DEFAULTS["position_encoding"],
+        partial_rotary_factor: float = POSITION_DEFAULTS["partial_rotary_factor"],
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -168,6 +185,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.position_range = position_range
         self.position_seed = position_seed
         self.position_inference = position_inference
+        self.position_encoding = position_encoding
+        self.partial_rotary_factor = partial_rotary_factor
         given = {name: getattr(self, name) for name in POSITION_DEFAULTS}
         legacy = pop_legacy_position_fields(kwargs, given)  # a config saved before `position_mode`
         for name, value in legacy.items():
@@ -215,7 +234,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
-        for name in ("position_encoding_base", "layer_norm_eps", "initializer_range"):
+        for name in ("layer_norm_eps", "initializer_range"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"`{name}` must be a positive number, got {value!r}.")

@@ -37,7 +37,16 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
-from .positions import Positions, default_positions, select_positions, sinusoidal_position_encoding
+from .positions import (
+    AttentionPositions,
+    Positions,
+    adds_to_embeddings,
+    attention_positions,
+    default_positions,
+    rotate_queries_and_keys,
+    select_positions,
+    sinusoidal_position_encoding,
+)
 
 try:  # transformers >= 4.58
     from transformers.masking_utils import create_bidirectional_mask
@@ -71,14 +80,15 @@ def _require_one_of(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor 
 class SinusoidalEncoderEmbeddings(nn.Module):
     """Token embedding × √d plus the sinusoidal encoding of the positions, then dropout (the paper has no LayerNorm
     here). The embeddings turn positions into vectors; which positions a token gets is the position mode's choice
-    (`positions.py`). With `position_mode="none"` no position is encoded."""
+    (`positions.py`). With `position_mode="none"`, or a `position_encoding` that acts inside attention (`"rotary"`,
+    `"alibi"`), no position is added here."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.hidden_size = config.hidden_size
         self.position_encoding_base = config.position_encoding_base
-        self.encodes_positions = config.position_mode != "none"
+        self.encodes_positions = adds_to_embeddings(config)
         self.scale = math.sqrt(config.hidden_size) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -201,6 +211,18 @@ def _restrict_to_window(
     return attention_mask.masked_fill(~band, torch.finfo(attention_mask.dtype).min)
 
 
+def _add_score_bias(attention_mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`attention_mask` (None, booleans or additive floats `(B or 1, 1, T, T)`, as `_bidirectional_mask` builds it
+    for sdpa and eager attention) as additive floats of `dtype` with `bias` `(B or 1, nh, T, T)` added: one mask of
+    shape `(B or 1, nh, T, T)` that both take."""
+    bias = bias.to(dtype)
+    if attention_mask is None:
+        return bias
+    if attention_mask.dtype == torch.bool:
+        return torch.where(attention_mask, bias, torch.finfo(dtype).min)  # (B or 1, nh, T, T)
+    return attention_mask.to(dtype) + bias
+
+
 class SinusoidalEncoderSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with one fused Q/K/V projection (laid out [Q; K; V], each head
     a contiguous block, as `torch.nn.MultiheadAttention.in_proj_weight`)."""
@@ -226,8 +248,15 @@ class SinusoidalEncoderSelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`hidden_states` is `(B, T, d)` with `attention_mask`, or the real tokens of a batch packed into one row
         `(1, N, d)` with transformers' variable-length arguments `cu_seq_lens_q/k` (the sequence boundaries, `(B+1,)`)
-        and `max_length_q/k`. Returns `(B, T, d)` or `(1, N, d)`, and the probabilities with `output_attentions`."""
+        and `max_length_q/k`. Returns `(B, T, d)` or `(1, N, d)`, and the probabilities with `output_attentions`.
+
+        The positions that act inside attention enter here, once, before any attention path: `position_embeddings`,
+        the cosines and sines of a `"rotary"` encoding `(B or 1, T, r/2)` (packed `(1, N, r/2)`), rotate the queries
+        and keys; the scores' bias of `"alibi"` arrives in `attention_mask` (`SinusoidalEncoderModel`)."""
+        rotary = kwargs.pop("position_embeddings", None)
         qkv = self.qkv(hidden_states)  # (B, T, 3d), or (1, N, 3d) packed
+        if rotary is not None:
+            qkv = rotate_queries_and_keys(qkv, *rotary, self.num_heads)  # (B, T, 3d)
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:  # only the written-out path can return the probabilities
             attention_interface = _attention_function(self.config._attn_implementation)
@@ -674,18 +703,22 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         self,
         attention_mask: torch.Tensor | None,
         window: int | None,
+        score_bias: torch.Tensor | None,
         output_attentions: bool,
         output_hidden_states: bool,
     ) -> bool:
         """Whether this call runs on the real tokens only (`unpad_inputs`): a 2-D mask that masks something, an
         attention implementation that takes packed sequences, and nothing that needs the padded layout (a windowed
-        long input, returned attentions or hidden states, a compiled graph, whose shapes cannot depend on data)."""
+        long input, a bias on the scores, returned attentions or hidden states, a compiled graph, whose shapes cannot
+        depend on data)."""
         if not self.config.unpad_inputs or attention_mask is None or attention_mask.dim() != 2:
             return False
         implementation = self.config._attn_implementation
         if implementation not in ("sdpa", "eager") and not _is_flash(implementation):
             return False
-        if window is not None or output_attentions or output_hidden_states or torch.compiler.is_compiling():
+        if window is not None or score_bias is not None or output_attentions or output_hidden_states:
+            return False
+        if torch.compiler.is_compiling():
             return False
         return not attention_mask.bool().all()
 
@@ -728,9 +761,12 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         positions = select_positions(
             self.config, position_ids, batch_size, seq_len, attention_mask, reference.device, self.training
         )  # ids (B or 1, T), or None: no position encoded
+        in_attention = self._attention_positions(positions)
         window = self._long_input_window(seq_len)
-        if self._unpads(attention_mask, window, output_attentions, kept_hidden_states is not None):
-            outputs = self._forward_unpadded(input_ids, attention_mask, positions, inputs_embeds, **kwargs)
+        if self._unpads(attention_mask, window, in_attention.bias, output_attentions, kept_hidden_states is not None):
+            outputs = self._forward_unpadded(
+                input_ids, attention_mask, positions, in_attention, inputs_embeds, **kwargs
+            )
             return self._returned(outputs, return_dict)
         hidden_states = self.embeddings(
             input_ids=input_ids,
@@ -739,8 +775,12 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             num_positions=positions.num_positions,
         )  # (B, T, d)
         attention_mask = _bidirectional_mask(self.config, attention_mask, hidden_states)
+        if in_attention.bias is not None:
+            attention_mask = _add_score_bias(attention_mask, in_attention.bias, hidden_states.dtype)
         if window is not None:
             attention_mask = _restrict_to_window(attention_mask, window, seq_len, hidden_states.device)
+        if in_attention.rotary is not None:
+            kwargs["position_embeddings"] = in_attention.rotary
         outputs = self.encoder(
             hidden_states,
             attention_mask,
@@ -750,11 +790,23 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         )
         return self._returned(outputs, return_dict)
 
+    def _attention_positions(self, positions: Positions) -> AttentionPositions:
+        """What the attention layers take from the positions (`positions.attention_positions`); a bias on the scores
+        is refused with flash attention, whose kernels take none."""
+        in_attention = attention_positions(self.config, positions)
+        if in_attention.bias is not None and _is_flash(self.config._attn_implementation):
+            raise ValueError(
+                f"`position_encoding={self.config.position_encoding!r}` adds a bias to the attention scores, which "
+                "flash attention cannot take: load the model with attn_implementation='sdpa' or 'eager'."
+            )
+        return in_attention
+
     def _forward_unpadded(
         self,
         input_ids: torch.LongTensor | None,
         attention_mask: torch.Tensor,
         positions: Positions,
+        in_attention: AttentionPositions,
         inputs_embeds: torch.Tensor | None,
         **kwargs,
     ) -> BaseModelOutput:
@@ -778,6 +830,10 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             inputs_embeds=packed(inputs_embeds),
             num_positions=positions.num_positions,
         )  # (1, N, d)
+        if in_attention.rotary is not None:  # (B or 1, T, r/2) -> (1, N, r/2)
+            kwargs["position_embeddings"] = tuple(
+                packed(part.expand(batch_size, seq_len, -1)) for part in in_attention.rotary
+            )
         outputs = self.encoder(
             hidden_states,
             None,

@@ -1,9 +1,13 @@
-"""Which position each token gets: the position modes of `SinusoidalEncoderConfig.position_mode`, in one place.
+"""Positions, in one place: which position each token gets (`position_mode`) and how positions enter the model
+(`position_encoding`).
 
-The model asks `select_positions` once per forward pass; the embeddings turn the answer into the sinusoidal
-encoding (`sinusoidal_position_encoding`). Each mode is one function below, registered in `POSITION_MODES` with the
-config fields it reads (its parameters), which `check_position_config` checks together. Adding a mode means: its
-function and its entry here, its values in the config's docstring, and tests.
+The model asks `select_positions` once per forward pass for the positions; `POSITION_MODES` holds one function per
+mode, registered with the config fields it reads (its parameters), which `check_position_config` checks together.
+Then the positions enter the model the way `position_encoding` says (`POSITION_ENCODINGS`): the paper's sinusoidal
+encoding added to the token embeddings (`sinusoidal_position_encoding`), or, inside every attention layer, a rotation
+of queries and keys (`"rotary"`) or a bias on the attention scores (`"alibi"`): `attention_positions` computes what
+the layers take, once per forward pass, and the attention applies it in one place. Adding a mode or an encoding
+means: its function and its entry here, its values in the config's docstring, and tests.
 
 This file is copied as-is into Hub repositories with the model: it imports only torch.
 """
@@ -71,14 +75,18 @@ def sinusoidal_position_encoding(
         raise ValueError(f"`dim` must be a positive even integer, got {dim!r}.")
     if not base > 0:
         raise ValueError(f"`base` must be positive, got {base!r}.")
-    device = position_ids.device
-    if device.type == "mps":  # MPS has no float64: compute on the CPU, whose result is then copied over
+    angles = _angles(position_ids, dim, base)  # (*, dim/2), float64
+    encoding = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (*, dim/2, 2): [sin, cos] per frequency
+    return encoding.flatten(-2).to(device=position_ids.device, dtype=dtype)  # (*, dim)
+
+
+def _angles(position_ids: torch.Tensor, dim: int, base: float) -> torch.Tensor:
+    """pos / base^(2i/dim) for i < dim/2, in float64 `(*, dim/2)` (on the CPU for MPS, which has no float64)."""
+    if position_ids.device.type == "mps":
         position_ids = position_ids.cpu()
     exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=position_ids.device) / dim  # (dim/2,) = 2i/d
     inv_freq = torch.pow(float(base), -exponents)  # (dim/2,)
-    angles = position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (*, dim/2)
-    encoding = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (*, dim/2, 2): [sin, cos] per frequency
-    return encoding.flatten(-2).to(device=device, dtype=dtype)  # (*, dim)
+    return position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (*, dim/2)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -177,6 +185,81 @@ def _evaluation_draw(config: Any, lengths: torch.Tensor, shape: tuple[int, int])
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# how positions enter the model: added to the embeddings, or inside every attention layer
+
+
+class AttentionPositions(NamedTuple):
+    """What a position encoding gives every attention layer, computed once per forward pass. `rotary`: the cosines
+    and sines `(B or 1, T, r/2)` of the angles by which queries and keys are rotated (`rotate_queries_and_keys`), or
+    None. `bias`: added to the attention scores `(B or 1, nh, T, T)`, or None."""
+
+    rotary: tuple[torch.Tensor, torch.Tensor] | None = None
+    bias: torch.Tensor | None = None
+
+
+def rotary_dim(config: Any) -> int:
+    """r, the leading dimensions of each head that `"rotary"` rotates: `partial_rotary_factor` of the head size,
+    rounded down to an even number (pairs are rotated), at least 2."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    return max(2, int(head_dim * config.partial_rotary_factor) // 2 * 2)
+
+
+def rotary_cos_sin(config: Any, position_ids: torch.Tensor) -> AttentionPositions:
+    """`"rotary"`: cos and sin of pos / base^(2i/r) for the r/2 rotated pairs of each head (`rotary_dim`), the
+    frequencies the sinusoidal encoding of size r has, computed in float64 and given in float32 `(B or 1, T, r/2)`."""
+    angles = _angles(position_ids, rotary_dim(config), config.position_encoding_base)  # (B or 1, T, r/2)
+    device = position_ids.device
+    return AttentionPositions(rotary=(angles.cos().to(device, torch.float32), angles.sin().to(device, torch.float32)))
+
+
+def rotate_queries_and_keys(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """The fused projections `qkv` `(B, T, 3d)` (laid out [Q; K; V], each head a contiguous block) with the first r
+    dimensions of every query and key head rotated pair by pair, (x_2i, x_2i+1) by the angle θ_i of its position:
+    exactly the rotation that takes the sinusoidal encoding of size r from position 0 to that position,
+    [[cos θ, sin θ], [-sin θ, cos θ]] per pair, so that q_p · k_p' depends on p' - p alone. Values pass unrotated.
+    `cos`, `sin`: `(B or 1, T, r/2)`."""
+    batch_size, seq_len, width = qkv.shape
+    head_dim = width // (3 * num_heads)
+    half = cos.shape[-1]  # r/2
+    heads = qkv.view(batch_size, seq_len, 3, num_heads, head_dim)  # (B, T, 3, nh, hs)
+    pairs = heads[:, :, :2, :, : 2 * half].unflatten(-1, (half, 2)).to(cos.dtype)  # (B, T, 2, nh, r/2, 2)
+    first, second = pairs.unbind(-1)  # 2 × (B, T, 2, nh, r/2)
+    cos, sin = cos[:, :, None, None, :], sin[:, :, None, None, :]  # (B or 1, T, 1, 1, r/2)
+    rotated = torch.stack((first * cos + second * sin, second * cos - first * sin), dim=-1)  # (B, T, 2, nh, r/2, 2)
+    queries_and_keys = torch.cat((rotated.flatten(-2).to(qkv.dtype), heads[:, :, :2, :, 2 * half :]), dim=-1)
+    return torch.cat((queries_and_keys, heads[:, :, 2:]), dim=2).view(batch_size, seq_len, width)  # (B, T, 3d)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The head slopes of ALiBi (Press et al. 2022, "Train Short, Test Long"): the geometric sequence
+    2^(-8/n), 2^(-16/n), ..., 2^(-8) for n heads when n is a power of two; otherwise those of the nearest smaller
+    power of two, then every other slope of the next power of two, as the paper's code does. `(nh,)` float64."""
+
+    def geometric(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    power = 1 << (num_heads.bit_length() - 1)  # the largest power of two not above n
+    slopes = geometric(power) + geometric(2 * power)[0::2][: num_heads - power]
+    return torch.tensor(slopes, dtype=torch.float64)
+
+
+def alibi_bias(config: Any, position_ids: torch.Tensor) -> AttentionPositions:
+    """`"alibi"`: -slope_h · |p_i - p_j| added to the score of query i and key j in head h `(B or 1, nh, T, T)`,
+    float32: the paper's linear bias, made symmetric for an encoder that attends both ways. Any positions work
+    (those of every `position_mode`); the bias depends on the distance alone."""
+    slopes = alibi_slopes(config.num_attention_heads).to(position_ids.device, torch.float32)  # (nh,)
+    positions = position_ids.to(torch.float32)  # (B or 1, T): exact integers below 2^24
+    distance = (positions[:, :, None] - positions[:, None, :]).abs()  # (B or 1, T, T)
+    return AttentionPositions(bias=-slopes[None, :, None, None] * distance[:, None])  # (B or 1, nh, T, T)
+
+
+def no_attention_positions(config: Any, position_ids: torch.Tensor) -> AttentionPositions:
+    """`"sinusoidal"`: the positions are added to the embeddings; attention gets nothing."""
+    return AttentionPositions()
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # the registry and its checks
 
 
@@ -185,6 +268,16 @@ class PositionMode:
     """A position mode: its function and the config fields it reads."""
 
     select: Callable[[PositionRequest], Positions]
+    parameters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PositionEncoding:
+    """A way positions enter the model: added to the token embeddings (`embeddings`), or what every attention layer
+    takes (`attention`, returning `AttentionPositions`), and the config fields it reads."""
+
+    attention: Callable[[Any, torch.Tensor], AttentionPositions]
+    embeddings: bool = False
     parameters: tuple[str, ...] = ()
 
 
@@ -198,6 +291,12 @@ POSITION_MODES: dict[str, PositionMode] = {
     "none": PositionMode(no_positions),
 }
 
+POSITION_ENCODINGS: dict[str, PositionEncoding] = {
+    "sinusoidal": PositionEncoding(no_attention_positions, embeddings=True, parameters=("position_encoding_base",)),
+    "rotary": PositionEncoding(rotary_cos_sin, parameters=("position_encoding_base", "partial_rotary_factor")),
+    "alibi": PositionEncoding(alibi_bias),
+}
+
 # The position fields of the config and their defaults (the config's signature reads them here). A parameter at its
 # default counts as "not set" for the modes that do not read it.
 POSITION_DEFAULTS: dict[str, Any] = {
@@ -206,6 +305,9 @@ POSITION_DEFAULTS: dict[str, Any] = {
     "position_range": 2048,
     "position_seed": 0,
     "position_inference": "draw",
+    "position_encoding": "sinusoidal",
+    "position_encoding_base": 10000.0,
+    "partial_rotary_factor": 1.0,
 }
 
 # Each parameter's check: a description of the values it takes, or None when the value is valid.
@@ -214,7 +316,13 @@ POSITION_PARAMETERS: dict[str, Callable[[Any], str | None]] = {
     "position_range": lambda v: None if _is_int(v) and v > 0 else "a positive integer",
     "position_seed": lambda v: None if _is_int(v) and v >= 0 else "a non-negative integer",
     "position_inference": lambda v: None if v in ("draw", "evenly_spaced") else "one of ['draw', 'evenly_spaced']",
+    "position_encoding_base": lambda v: None if _is_number(v) and v > 0 else "a positive number",
+    "partial_rotary_factor": lambda v: None if _is_number(v) and 0 < v <= 1 else "a number in (0, 1]",
 }
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _is_int(value: Any) -> bool:
@@ -222,23 +330,40 @@ def _is_int(value: Any) -> bool:
 
 
 def check_position_config(config: Any) -> None:
-    """Raise a `ValueError` naming the field when `position_mode` or its parameters cannot work together: an unknown
-    mode, an invalid parameter value, a mode that needs a parameter left unset (`"random_offset"` needs
-    `max_position_offset` ≥ 1), or a parameter set away from its default for a mode that does not read it."""
+    """Raise a `ValueError` naming the field when `position_mode`, `position_encoding` or their parameters cannot
+    work together: an unknown mode or encoding, an invalid parameter value, a mode that needs a parameter left unset
+    (`"random_offset"` needs `max_position_offset` ≥ 1), a parameter set away from its default for a mode or an
+    encoding that does not read it, or an encoding chosen for `position_mode="none"`, which has no position."""
     mode = POSITION_MODES.get(config.position_mode)
     if mode is None:
         raise ValueError(f"`position_mode` must be one of {list(POSITION_MODES)}, got {config.position_mode!r}.")
+    encoding = POSITION_ENCODINGS.get(config.position_encoding)
+    if encoding is None:
+        raise ValueError(
+            f"`position_encoding` must be one of {list(POSITION_ENCODINGS)}, got {config.position_encoding!r}."
+        )
+    if config.position_mode == "none" and config.position_encoding != POSITION_DEFAULTS["position_encoding"]:
+        raise ValueError(
+            f"`position_encoding={config.position_encoding!r}` has no position to encode with position_mode='none': "
+            "leave it at 'sinusoidal' or choose a `position_mode`."
+        )
     for name, check in POSITION_PARAMETERS.items():
         value, default = getattr(config, name), POSITION_DEFAULTS[name]
         problem = check(value)
         if problem is not None:
             raise ValueError(f"`{name}` must be {problem}, got {value!r}.")
-        if name not in mode.parameters and value != default:
-            readers = [mode_name for mode_name, other in POSITION_MODES.items() if name in other.parameters]
-            raise ValueError(
-                f"`{name}={value!r}` is a parameter of position_mode {readers}, not of "
-                f"position_mode={config.position_mode!r}: leave it at {default!r} or change `position_mode`."
-            )
+        if value == default or name in mode.parameters + encoding.parameters:
+            continue
+        modes = [mode_name for mode_name, other in POSITION_MODES.items() if name in other.parameters]
+        if modes:
+            chosen, field = f"position_mode {modes}", f"position_mode={config.position_mode!r}"
+        else:
+            encodings = [key for key, other in POSITION_ENCODINGS.items() if name in other.parameters]
+            chosen, field = f"position_encoding {encodings}", f"position_encoding={config.position_encoding!r}"
+        raise ValueError(
+            f"`{name}={value!r}` is a parameter of {chosen}, not of {field}: leave it at {default!r} or change "
+            f"`{field.partition('=')[0]}`."
+        )
     if config.position_mode == "random_offset" and config.max_position_offset < 1:
         raise ValueError("`position_mode='random_offset'` needs `max_position_offset` of at least 1.")
 
@@ -260,6 +385,20 @@ def select_positions(
         return Positions(position_ids, None)
     request = PositionRequest(config, batch_size, seq_len, attention_mask, device, training)
     return POSITION_MODES[config.position_mode].select(request)
+
+
+def attention_positions(config: Any, positions: Positions) -> AttentionPositions:
+    """What every attention layer takes from the positions of a forward pass (`select_positions`), by
+    `config.position_encoding`: nothing for the sinusoidal encoding (added to the embeddings) or without positions,
+    the rotation of `"rotary"`, the bias of `"alibi"`."""
+    if positions.ids is None:
+        return AttentionPositions()
+    return POSITION_ENCODINGS[config.position_encoding].attention(config, positions.ids)
+
+
+def adds_to_embeddings(config: Any) -> bool:
+    """Whether positions are added to the token embeddings (the paper's encoding), rather than entering attention."""
+    return config.position_mode != "none" and POSITION_ENCODINGS[config.position_encoding].embeddings
 
 
 # The parameters of the drawing modes as configs saved before `position_mode` existed named them.
