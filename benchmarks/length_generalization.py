@@ -257,8 +257,15 @@ def pretrain_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
         return finished
     pretraining_config = arm_settings(config, arm, seed)
     print(f"\n=== pretraining {arm} ({ARMS[arm]}), seed {seed} -> {folder}")
-    start = time.time()
     model = arm_model(arm, pretraining_config, max(config.eval_lengths))
+    return train_and_save(pretraining_config, model, {"arm": arm, "seed": seed})
+
+
+def train_and_save(pretraining_config: pretraining.PretrainingConfig, model, report: dict[str, Any]) -> dict[str, Any]:
+    """Pretrain (resuming a killed run) and save the model, plain, with its tokenizer into the run's `output_dir`;
+    write and return what the run reports (`report` and the run's figures) as its `DONE` file."""
+    folder = pretraining_config.output_dir
+    start = time.time()
     result = pretraining.pretrain(pretraining_config, model)
     model = result.accelerator.unwrap_model(result.model, keep_torch_compile=False)
     if isinstance(model, SparseBertForMaskedLM):
@@ -270,8 +277,7 @@ def pretrain_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
     shutil.rmtree(os.path.join(folder, "checkpoints"), ignore_errors=True)
     evals = [m for m in read_metrics(folder) if "eval_loss" in m]
     report = {
-        "arm": arm,
-        "seed": seed,
+        **report,
         "steps": result.progress.completed_steps,
         "tokens_seen": result.progress.tokens_seen,
         "parameters": model.num_parameters(),
@@ -384,11 +390,12 @@ def evaluate_arm(
     seed: int,
     batches: dict[int, list[dict]],
     unigram: torch.Tensor,
+    folder: str | None = None,
 ) -> dict[str, Any]:
     """Loss, order gap and unigram baseline at every length; for the sinusoidal arms past the training length also
     the loss with positions scaled into the trained range, and with attention windowed to the training span. Cached
-    in the run folder."""
-    folder = run_folder(config, arm, seed)
+    in the run folder (`folder`, by default the arm's run in the study)."""
+    folder = folder or run_folder(config, arm, seed)
     path = os.path.join(folder, "length_evaluation.json")
     if os.path.exists(path):
         with open(path) as handle:

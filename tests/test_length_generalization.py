@@ -16,6 +16,7 @@ from matplotlib import image as mpimg
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 import sinusoidal_encoder as se
+from benchmarks import context_extension as ce
 from benchmarks import length_generalization as lg
 from sinusoidal_encoder_training import data, finetuning
 from sinusoidal_encoder_training.arguments import parse_config
@@ -235,3 +236,21 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
     again = lg.run_experiment(config)
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     assert again["arms"]["shipped"]["loss"] == summary["arms"]["shipped"]["loss"]
+
+    # context extension from the study's runs: each arm continued at 256 tokens, beside one trained there
+    extension = ce.ContextExtensionConfig(
+        study_dir=str(out), output_dir=str(tmp_path / "extension"), arms=["shipped", "bert"], seeds=[0], length=256
+    )
+    results = ce.run_experiment(extension)
+    assert results["extension_steps"] == 1  # 10% of 2 steps, at least one
+    for kind in (ce.EXTENDED, ce.SCRATCH):
+        for arm in ("shipped", "bert"):
+            run = results["runs"][f"{kind}/{arm}/0"]
+            assert run["steps"] == (1 if kind == ce.EXTENDED else 3) and run["tokens_seen"] > 0
+            assert set(results["evaluations"][f"{kind}/{arm}/0"]["loss"]) == {"128", "256"}
+    extended = AutoModelForMaskedLM.from_pretrained(tmp_path / "extension" / ce.EXTENDED / "shipped" / "seed0")
+    assert extended.config.max_position_embeddings == 256  # trained at 256 now
+    study_losses = {length: values[0] for length, values in summary["arms"]["shipped"]["loss"].items()}
+    assert results["evaluations"]["128/shipped/0"]["loss"] == study_losses  # the study's cached evaluation
+    report = (tmp_path / "extension" / "results.md").read_text()
+    assert "then 1 steps at 256" in report and "| target | measured | met |" in report

@@ -197,3 +197,16 @@ def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, described
 def test_a_language_code_is_checked():
     with pytest.raises(ValueError, match="'english' is not a language code"):
         pretraining.PretrainingConfig(output_dir="out", language="en,english")
+
+
+def test_continuing_at_a_longer_length_records_the_new_training_length(tmp_path):
+    """Context extension (`--model_name_or_path FOLDER --max_seq_length 512`): the model is trained at the longer
+    length now, and its config says so; a shorter length leaves the recorded one."""
+    from conftest import tiny_config
+
+    se.SinusoidalEncoderForMaskedLM(tiny_config(max_position_embeddings=32)).save_pretrained(tmp_path / "short")
+    for length, recorded in ((64, 64), (16, 32)):
+        config = pretraining.PretrainingConfig(
+            output_dir=str(tmp_path / "out"), model_name_or_path=str(tmp_path / "short"), max_seq_length=length
+        )
+        assert pretraining.build_model_config(config, tokenizer=None).max_position_embeddings == recorded

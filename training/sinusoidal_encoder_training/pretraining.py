@@ -74,7 +74,9 @@ def load_tokenizer(config: PretrainingConfig):
 
 def build_model_config(config: PretrainingConfig, tokenizer) -> transformers.PretrainedConfig:
     """The config of the model the settings describe (a preset or a config source, sized for the tokenizer and the
-    training length, with `--config_overrides`; or that of `--model_name_or_path`), with `sparse_prediction=True`
+    training length, with `--config_overrides`; or that of `--model_name_or_path`, whose `max_position_embeddings`
+    becomes `--max_seq_length` when that is longer: continued at a longer length, the model is trained there
+    (context extension, docs/pretraining.md)), with `sparse_prediction=True`
     where it has the option: training and evaluation need logits at the masked positions only (the exported folder
     carries the published default, see `export.published_config`). Cheap, and random-free: `pretrain` builds it
     before loading any data, so that a bad override stops the run before work starts."""
@@ -82,6 +84,8 @@ def build_model_config(config: PretrainingConfig, tokenizer) -> transformers.Pre
         with loading("--model_name_or_path", config.model_name_or_path):
             model_config = AutoConfig.from_pretrained(config.model_name_or_path)
             check_local_files("--model_name_or_path", config.model_name_or_path)  # the weights, before any work
+        if getattr(model_config, "model_type", None) == "sinusoidal_encoder":  # context extension: trained longer now
+            model_config.max_position_embeddings = max(model_config.max_position_embeddings, config.max_seq_length)
     else:
         if config.config_name in MODEL_SIZES:
             model_config = sinusoidal_encoder.SinusoidalEncoderConfig(**MODEL_SIZES[config.config_name])
