@@ -8,7 +8,7 @@ The 128-token models are the runs of benchmarks/length_generalization.py (its --
 seeds). Extension continues each saved folder as a user would, with the library's pretraining:
 
     python training/pretrain.py --model_name_or_path outputs/small-builtin --max_seq_length 512 \\
-        --per_device_train_batch_size 8 --max_train_steps 88 --learning_rate 5e-4 --num_warmup_steps 10 ...
+        --per_device_train_batch_size 8 --max_train_steps 89 --learning_rate 5e-4 --num_warmup_steps 10 ...
 
 for `--extension_compute` (10%) of the original run's training compute: 8 sequences of 512 tokens a step (the
 study's 4,096 tokens a step), as many steps as that compute buys (`training_flops`: 6N + 6·L·T·d per token, Kaplan
