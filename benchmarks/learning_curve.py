@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,8 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     write_table(rows, args.output.with_suffix(".md"), args.command)
     from sinusoidal_encoder_training.plots import plot_losses
 
-    title = f"{os.path.basename(os.path.abspath(args.folder))}: learning curve"
-    plot_losses(str(args.output.with_suffix(".png")), metrics, by_tokens=True, title=title)
+    plot_losses(str(args.output.with_suffix(".png")), metrics, by_tokens=True)
     last = rows[-1] if rows else None
     if last:
         print(

@@ -4,12 +4,10 @@ training offset, no positions, and the checks of each mode's parameters."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from conftest import assert_rows_match_alone, padded_batch, random_ids, tiny_config
-from transformers import AutoConfig, AutoModel
+from transformers import AutoModel
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.positions import select_positions
@@ -133,7 +131,6 @@ def test_saved_and_loaded_with_the_config(tmp_path):
         ({"position_range": 2.5}, "position_range"),
         ({"position_seed": -1}, "position_seed"),
         ({"position_inference": "grid"}, "position_inference"),
-        ({"position_mode": "ordered_subset", "random_position_offset": 8}, "random_position_offset"),
         ({"position_mode": "random_offset"}, "max_position_offset"),  # the mode needs its parameter
         ({"position_mode": "random_offset", "max_position_offset": -1}, "max_position_offset"),
         ({"position_mode": "random_offset", "max_position_offset": 2.5}, "max_position_offset"),
@@ -258,8 +255,8 @@ def test_stratified_saved_and_loaded_with_the_config(tmp_path):
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="random_position_offset"):
-        tiny_config(position_mode="stratified", random_position_offset=8)
+    with pytest.raises(ValueError, match="max_position_offset"):
+        tiny_config(position_mode="stratified", max_position_offset=8)
     with pytest.raises(ValueError, match="position_range"):
         stratified_model(position_range=10).eval()(random_ids(1, 11))
 
@@ -297,51 +294,6 @@ def test_no_positions_encodes_none_and_ignores_position_ids():
         torch.testing.assert_close(model(ids[:, order]).last_hidden_state, out[:, order], atol=1e-5, rtol=1e-5)
     _, mask = padded_batch()
     assert_rows_match_alone(model, random_ids(4, 12), mask)
-
-
-@pytest.mark.parametrize(
-    ("legacy", "expected"),
-    [
-        ({"random_position_offset": 40}, {"position_mode": "random_offset", "max_position_offset": 40}),
-        ({"position_sampling": "consecutive", "random_position_offset": 0}, {"position_mode": "consecutive"}),
-        (
-            {
-                "position_sampling": "stratified",
-                "position_sampling_range": 512,
-                "position_sampling_seed": 3,
-                "position_sampling_inference": "evenly_spaced",
-                "random_position_offset": 0,
-            },
-            {
-                "position_mode": "stratified",
-                "position_range": 512,
-                "position_seed": 3,
-                "position_inference": "evenly_spaced",
-            },
-        ),
-        (
-            {
-                "position_sampling": "consecutive",
-                "position_sampling_range": 2048,
-                "position_sampling_seed": 0,
-                "position_sampling_inference": "draw",
-            },
-            {"position_mode": "consecutive", "position_range": 2048},
-        ),
-    ],
-)
-def test_configs_saved_before_position_mode_load_as_trained(tmp_path, legacy, expected):
-    """A folder whose config.json has the older position fields loads into `position_mode` and its parameters."""
-    tiny_config().save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    saved = json.loads(path.read_text())
-    for name in ("position_mode", "max_position_offset", "position_range", "position_seed", "position_inference"):
-        saved.pop(name)
-    path.write_text(json.dumps({**saved, **legacy}))
-    loaded = AutoConfig.from_pretrained(tmp_path)
-    for name, value in expected.items():
-        assert getattr(loaded, name) == value
-    assert not any(hasattr(loaded, name) for name in legacy)
 
 
 @pytest.mark.parametrize("padded", [False, True])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .positions import POSITION_DEFAULTS, check_position_config, pop_legacy_position_fields
+from .positions import POSITION_DEFAULTS, check_position_config
 
 # The Auto classes a saved folder answers to, and the class each one builds. Written into every saved `config.json`
 # so that one Hub folder loads through all of them with `trust_remote_code=True`.
@@ -119,8 +119,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             rotates, in (0, 1] (rounded down to an even number of dimensions); the rest carry no position.
 
     A mode's or an encoding's parameters are checked together with it: one set away from its default for a mode or
-    an encoding that does not read it is an error. Configs saved before `position_mode` existed (`position_sampling`,
-    `random_position_offset`, `position_sampling_range/_seed/_inference`) load as they were trained.
+    an encoding that does not read it is an error.
 
     Every value is checked: an invalid one raises a `ValueError` that names the field.
     """
@@ -187,10 +186,6 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.position_inference = position_inference
         self.position_encoding = position_encoding
         self.partial_rotary_factor = partial_rotary_factor
-        given = {name: getattr(self, name) for name in POSITION_DEFAULTS}
-        legacy = pop_legacy_position_fields(kwargs, given)  # a config saved before `position_mode`
-        for name, value in legacy.items():
-            setattr(self, name, value)
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         # transformers 4.x's base class sets these two from its own arguments (None and True by default): hand ours on
         super().__init__(pad_token_id=pad_token_id, tie_word_embeddings=tie_word_embeddings, **kwargs)

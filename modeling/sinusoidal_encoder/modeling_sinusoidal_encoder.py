@@ -345,10 +345,9 @@ def _runs_flash_attention(device: torch.device) -> bool:
 
 def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor) -> bool:
     """Whether sdpa hands this call to the written-out attention instead: in bf16 on the CPU, with autograd, for
-    sequences of at most 128 tokens. There the backward of sdpa's CPU kernel costs twice the two matrix products it
-    replaces (measured, forward and backward of `(16, 4, 128, 64)`: 15 against 8 ms on an AVX512-BF16 CPU; a bf16
-    training step of the small model about 13% faster). The result is the same up to rounding; longer sequences, and
-    inference, keep the kernel, which is faster there and never builds the `T × T` scores."""
+    sequences of at most 128 tokens, where the backward of sdpa's CPU kernel costs more than the two matrix products
+    it replaces (docs/performance.md). The result is the same up to rounding; longer sequences, and inference, keep
+    the kernel, which is faster there and never builds the `T × T` scores."""
     return (
         attn_implementation == "sdpa"
         and query.device.type == "cpu"

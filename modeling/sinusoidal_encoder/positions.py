@@ -399,31 +399,3 @@ def attention_positions(config: Any, positions: Positions) -> AttentionPositions
 def adds_to_embeddings(config: Any) -> bool:
     """Whether positions are added to the token embeddings (the paper's encoding), rather than entering attention."""
     return config.position_mode != "none" and POSITION_ENCODINGS[config.position_encoding].embeddings
-
-
-# The parameters of the drawing modes as configs saved before `position_mode` existed named them.
-_LEGACY_PARAMETERS = {
-    "position_sampling_range": "position_range",
-    "position_sampling_seed": "position_seed",
-    "position_sampling_inference": "position_inference",
-}
-
-
-def pop_legacy_position_fields(kwargs: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """Remove from config keyword arguments the fields of configs saved before `position_mode` existed
-    (`position_sampling`, `random_position_offset`, `position_sampling_range/_seed/_inference`), and return what they
-    mean now: `position_mode` and its parameters. A folder saved before loads as it was trained. Empty when there are
-    none; an error when `given`, the new fields, are not all at their defaults as well."""
-    if not any(key in kwargs for key in ("position_sampling", "random_position_offset", *_LEGACY_PARAMETERS)):
-        return {}
-    if any(given[name] != default for name, default in POSITION_DEFAULTS.items()):
-        raise ValueError(
-            "The older position fields (`position_sampling`, `random_position_offset`, `position_sampling_range`, "
-            "...) cannot be mixed with `position_mode` and its parameters: use only the new ones."
-        )
-    sampling = kwargs.pop("position_sampling", "consecutive")
-    offset = kwargs.pop("random_position_offset", 0) or 0
-    legacy = {new: kwargs.pop(old) for old, new in _LEGACY_PARAMETERS.items() if old in kwargs}
-    if sampling == "consecutive":
-        return {"position_mode": "random_offset", "max_position_offset": offset} if offset else {}
-    return {"position_mode": sampling, **legacy}

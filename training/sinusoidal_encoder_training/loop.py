@@ -93,7 +93,7 @@ def make_loaders(
 
 def bf16_is_fast() -> bool:
     """Whether bf16 autocast pays here: a CUDA GPU, or a CPU with AVX512-BF16 or AMX instructions (elsewhere bf16 is
-    emulated and slower than fp32). The main job (scripts/pretrain.sh) trains in bf16 where it is."""
+    emulated and slower than fp32)."""
     if torch.cuda.is_available():
         return True
     return any(

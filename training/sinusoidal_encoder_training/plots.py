@@ -95,7 +95,6 @@ def plot_losses(
     path: str,
     metrics: list[dict],
     by_tokens: bool = False,
-    title: str | None = None,
     unit: str = LOSS_UNITS["masked_lm"],
 ) -> bool:
     """Training and evaluation loss in `unit` (see `LOSS_UNITS`), with the unigram baseline beside them and, in a
@@ -131,8 +130,6 @@ def plot_losses(
         axis.set_xlabel("tokens seen" if by_tokens else "optimizer step")
         axis.grid(alpha=0.3)
     ax.legend()
-    if title:
-        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
