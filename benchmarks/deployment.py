@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     AutoModelForSequenceClassification,
@@ -61,7 +62,8 @@ import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto clas
 from benchmarks.batches import INFERENCE_BATCHES
 from benchmarks.bert_reference import bert_config
 from benchmarks.machine import cpu_description, git_commit
-from sinusoidal_encoder_training.onnx_export import TASKS, export_onnx
+from sinusoidal_encoder_training.onnx_export import export_onnx
+from sinusoidal_encoder_training.tasks import TASKS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATHS = ("pytorch-fp32", "pytorch-bf16", "onnxruntime-fp32", "onnxruntime-int8")
@@ -94,12 +96,14 @@ EVAL_BATCH = 16  # passages per forward in the accuracy measurements
 
 
 def auto_class(head: str):
-    """The Auto class of an export task of `sinusoidal_encoder_training.onnx_export.TASKS`, or of "classifier"."""
-    return AutoModelForSequenceClassification if head == "classifier" else TASKS[head][0]
+    """The Auto class of an export task of `sinusoidal_encoder_training.tasks.TASKS`, or of "classifier"."""
+    return (
+        AutoModelForSequenceClassification if head == "classifier" else getattr(transformers, TASKS[head].auto_class)
+    )
 
 
 def output_name(head: str) -> str:
-    return "logits" if head == "classifier" else TASKS[head][1]
+    return "logits" if head == "classifier" else TASKS[head].outputs[0]
 
 
 def load_pytorch(folder: str, head: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

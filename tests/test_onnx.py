@@ -18,6 +18,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the
 
 import sinusoidal_encoder as se  # noqa: E402
 from sinusoidal_encoder_training import onnx_export  # noqa: E402
+from sinusoidal_encoder_training.tasks import TASKS  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -38,7 +39,7 @@ def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, mode
     assert "training mode" not in proc.stdout + proc.stderr  # exported as used: in eval mode (no dropout)
     path = tmp_path / "model" / "model.onnx"
     graph = onnx.load(str(path)).graph
-    output_name = onnx_export.TASKS[task][1]
+    output_name = TASKS[task].outputs[0]
     assert [i.name for i in graph.input] == ["input_ids", "attention_mask"] and graph.output[0].name == output_name
     for tensor in graph.input:
         dims = tensor.type.tensor_type.shape.dim

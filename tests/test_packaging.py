@@ -192,7 +192,7 @@ def test_wheel_carries_the_tokenizer_and_the_card_template(wheel):
     } <= names
     # every console script names a function of the wheel's `console` module, which imports the stage's module
     scripts, metadata = wheel_metadata(wheel)
-    assert len(scripts) == 6
+    assert len(scripts) == 7
     for _, target in scripts.items():
         module, function = target.split(":")
         assert module == "sinusoidal_encoder_training.console", target
@@ -261,6 +261,7 @@ NEEDS_AN_EXTRA = {  # README, "Install"
     "sinusoidal-encoder-finetune": (["--model_name_or_path", "model", "--output_dir", "out"], "training"),
     "sinusoidal-encoder-train-tokenizer": (["--output_dir", "out"], "training"),
     "sinusoidal-encoder-export-onnx": (["model", "--output", "out/model.onnx"], "onnx"),
+    "sinusoidal-encoder-distill": (["model", "--output_dir", "out"], "integrations"),
 }
 
 

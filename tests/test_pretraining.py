@@ -86,9 +86,9 @@ class Counting:
 
 
 def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
-    """The masked-LM task calls the model once per batch and takes the loss the model computed (its sum, with
-    `num_items_in_batch=1`): one cross-entropy per forward, in training and in evaluation (where the order gap
-    scores the permuted blocks in a second forward)."""
+    """The masked-LM task calls the model once per batch and takes the loss the model computed (the sum over the
+    masked tokens divided by `num_items_in_batch`): one cross-entropy per forward, in training and in evaluation
+    (where the order gap scores the permuted blocks in a second forward)."""
     from accelerate import Accelerator
 
     import sinusoidal_encoder as se
@@ -99,7 +99,7 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
     batch = masked_batch()
     counting = Counting(model, monkeypatch)
     model.train()
-    loss_sum, count = task.loss_sums(model, batch)
+    loss_sum, count = task.loss_sum(model, batch)
     assert (counting.forwards, counting.cross_entropies) == (1, 1)
     labels = batch["labels"]
     with torch.no_grad():
@@ -135,6 +135,50 @@ def test_the_counts_of_a_batch_stay_on_its_device(task_name):
         if "labels" in batch:
             assert task.loss_units(batch).device.type == "meta"
         assert task.tokens(batch).device.type == "meta"
+
+
+@pytest.mark.parametrize(
+    "problem",
+    ["masked-lm", "token_classification", "single_label_classification", "multi_label_classification", "regression"],
+)
+def test_the_loss_units_of_the_tasks_are_those_the_heads_divide_by(problem):
+    """One loss convention: every head's loss is its sum over the batch's units divided by `num_items_in_batch`, or
+    by its own count of units without it; the training library counts the same units (`loss_units`), so that the
+    loss it asks for with `num_items_in_batch=loss_units(batch)` is the head's own mean."""
+    import sinusoidal_encoder as se
+    from sinusoidal_encoder_training.finetuning import ClassificationTask, model_inputs
+    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+
+    ids = torch.randint(1, VOCAB_SIZE, (3, 10), generator=torch.Generator().manual_seed(0))
+    if problem == "masked-lm":
+        model = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True)).eval()
+        task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
+        batch = masked_batch()
+    else:
+        labels = {
+            "token_classification": torch.tensor([[-100, 1, 0, 2, -100, 1, 1, 0, 2, -100]] * 3),
+            "single_label_classification": torch.tensor([0, 2, 1]),
+            "multi_label_classification": torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]),
+            "regression": torch.tensor([[0.5], [1.5], [-2.0]]),
+        }[problem]
+        num_labels = 1 if problem == "regression" else 3
+        head = (
+            se.SinusoidalEncoderForTokenClassification
+            if problem == "token_classification"
+            else (se.SinusoidalEncoderForSequenceClassification)
+        )
+        config = tiny_config(num_labels=num_labels)
+        config.problem_type = None if problem == "token_classification" else problem
+        model = head(config).eval()
+        task = ClassificationTask(0, problem, None, torch.Generator())
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+    units = task.loss_units(batch)
+    with torch.no_grad():
+        own = model(**(batch if problem == "masked-lm" else model_inputs(batch))).loss
+        asked = task.loss(model, batch, units)
+        doubled = task.loss(model, batch, 2 * units)
+    torch.testing.assert_close(asked, own, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(doubled, own / 2, rtol=1e-6, atol=1e-6)
 
 
 def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
@@ -181,26 +225,14 @@ def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, 
         pretraining.pretrain(config, se.SinusoidalEncoderForMaskedLM(tiny_config()))
 
 
-def test_a_model_whose_loss_ignores_num_items_in_batch_is_refused_before_training():
-    """transformers' BertForMaskedLM returns its mean loss whatever `num_items_in_batch` says: trained here it would
-    train and report at the wrong scale, so `pretrain` refuses it by name before loading data; ours passes, and the
-    check leaves the model's mode and the global RNG as they were."""
-    from transformers import BertConfig, BertForMaskedLM
-
+def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused():
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.pretraining import check_model
+    from sinusoidal_encoder_training.pretraining import check_vocabulary
 
-    bert = BertForMaskedLM(
-        BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64)
-    )
-    with pytest.raises(ValueError, match="BertForMaskedLM does not divide its summed loss by `num_items_in_batch`"):
-        check_model(bert, 99)
-    ours = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True, hidden_dropout_prob=0.1)).train()
-    state = torch.get_rng_state()
-    check_model(ours, 99)
-    assert ours.training and torch.equal(torch.get_rng_state(), state)
+    ours = se.SinusoidalEncoderForMaskedLM(tiny_config())
+    check_vocabulary(ours, ours.config.vocab_size)
     with pytest.raises(ValueError, match="vocabulary"):
-        check_model(ours, 100)
+        check_vocabulary(ours, ours.config.vocab_size + 1)
 
 
 @pytest.mark.slow

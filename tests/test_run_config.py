@@ -14,7 +14,15 @@ import pytest
 from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corpus
 
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import fill_mask, finetuning, hub, onnx_export, pretraining, tokenizer_training
+from sinusoidal_encoder_training import (
+    distillation,
+    fill_mask,
+    finetuning,
+    hub,
+    onnx_export,
+    pretraining,
+    tokenizer_training,
+)
 from sinusoidal_encoder_training.arguments import ConfigParser, parse_config
 from sinusoidal_encoder_training.configs import DataConfig, FinetuningConfig, PretrainingConfig, TrainingConfig
 
@@ -131,6 +139,7 @@ CONFIGS = [
     FinetuningConfig,
     tokenizer_training.TokenizerTrainingConfig,
     onnx_export.OnnxExportConfig,
+    distillation.DistillationConfig,
     lg.LengthGeneralizationConfig,
 ]
 
@@ -152,6 +161,7 @@ COMMANDS = {
     "train_tokenizer": tokenizer_training.main,
     "fill_mask": fill_mask.main,
     "export_onnx": onnx_export.main,
+    "distill": distillation.main,
     "publish": hub.main,
 }
 MODULES = {
@@ -160,6 +170,7 @@ MODULES = {
     "train_tokenizer": "tokenizer_training",
     "fill_mask": "fill_mask",
     "export_onnx": "onnx_export",
+    "distill": "distillation",
     "publish": "hub",
 }
 DOCUMENTS = sorted(
@@ -412,6 +423,9 @@ BAD_INPUT = [
     ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),
     ("export_onnx", ["./outputs/nope"], "no such file or folder"),
     ("export_onnx", ["Some/model"], "MODEL 'Some/model' is not a local folder or file, and the Hub is off"),
+    ("distill", ["./outputs/nope", "--output_dir", "OUT"], "MODEL './outputs/nope': no such file or folder"),
+    ("distill", [MODEL, "--output_dir", "OUT", "--teacher", "Some/model"], "--teacher 'Some/model' is not a local"),
+    ("distill", [MODEL, "--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
     ("publish", ["./outputs/nope", "--hub_model_id", "me/x"], "is not a folder"),
     ("publish", [".", "--hub_model_id", "me/x", "--dry_run"], "is not an exported model folder"),
 ]

@@ -1,18 +1,25 @@
-"""benchmarks/sentence_embeddings.py: distilling a sentence-transformers teacher into an exported folder."""
+"""`sinusoidal_encoder_training.distillation` (`training/distill.py`, `sinusoidal-encoder-distill`): distilling a
+sentence-transformers teacher into an exported folder."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import REPO, env, tiny_config
 
 import sinusoidal_encoder as se
-from benchmarks import sentence_embeddings as distillation
+from sinusoidal_encoder_training import distillation
+from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+
+MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
 
 
 def teacher_or_skip() -> str:
@@ -53,17 +60,76 @@ def test_split_sentences_keeps_prose_of_the_requested_length():
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("max_sentences", 0, "--max_sentences must be positive"),
-        ("max_train_steps", -1, "--max_train_steps must be positive"),
-        ("min_words", 50, "--min_words (50) is larger than --max_words"),
-        ("learning_rate", 0.0, "--learning_rate must be positive"),
-        ("warmup_ratio", 1.0, "--warmup_ratio must be in [0, 1)"),
-        ("checkpoints_total_limit", 0, "--checkpoints_total_limit must be at least 1"),
+        ("max_sentences", 0, "--max_sentences must be a positive integer, got 0."),
+        ("max_train_steps", -1, "--max_train_steps must be a positive integer, got -1."),
+        ("min_words", 50, "--min_words (50) is larger than --max_words (40)."),
+        ("learning_rate", 0.0, "--learning_rate must be positive, got 0.0."),
+        ("warmup_ratio", 1.0, "--warmup_ratio must be in [0, 1), got 1.0."),
+        ("checkpoints_total_limit", 0, "--checkpoints_total_limit must be a positive integer, got 0."),
+        ("weight_decay", -0.1, "--weight_decay and --max_grad_norm must not be negative."),
+        ("model_name_or_path", "./no-such-student", "MODEL './no-such-student': no such file or folder."),
+        ("teacher", "./no-such-teacher", "--teacher './no-such-teacher': no such file or folder."),
     ],
 )
 def test_bad_arguments_name_the_flag(flag, value, message):
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
-        distillation.DistillationConfig(model_name_or_path="student", output_dir="out", **{flag: value})
+    settings = {"model_name_or_path": MODEL, "output_dir": "out", flag: value}
+    with pytest.raises(UsageError, match=re.escape(message)):
+        distillation.DistillationConfig(**settings)
+
+
+def test_an_output_folder_that_is_a_file_or_the_student_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match=re.escape(f"--output_dir {tmp_path / 'file'} is a file")):
+        distillation.DistillationConfig(model_name_or_path=MODEL, output_dir=str(tmp_path / "file"))
+    with pytest.raises(UsageError, match="is the student folder MODEL"):
+        distillation.DistillationConfig(model_name_or_path=MODEL, output_dir=MODEL + "/")
+
+
+def test_a_missing_extra_is_named_before_any_work(monkeypatch):
+    """Without sentence-transformers (the `integrations` extra) or datasets (the `training` extra), building the
+    configuration ends in one line naming the extra, after the flags' own checks (tests/test_packaging.py runs the
+    console script of an installed wheel without the extras)."""
+    for missing, extra in ((("sentence_transformers", "datasets"), "integrations"), (("datasets",), "training")):
+        with monkeypatch.context() as hiding:
+            for module in missing:
+                hiding.setitem(sys.modules, module, None)  # neither found nor imported
+            with pytest.raises(UsageError, match=rf"^this command needs the '{extra}' extra \("):
+                distillation.DistillationConfig(model_name_or_path=MODEL, output_dir="out")
+            with pytest.raises(UsageError, match="--max_sentences"):  # a bad value is named first
+                distillation.DistillationConfig(model_name_or_path=MODEL, output_dir="out", max_sentences=0)
+
+
+def run_command(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "training" / "distill.py"), *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(),
+    )
+
+
+def test_the_command_helps_and_refuses_bad_input_in_one_line(tmp_path):
+    """`python training/distill.py --help` lists the flags (the data ones too); a student folder that is not there
+    ends in one line `distill.py: error: ...`, status 2, before anything is written."""
+    helped = run_command(["--help"], tmp_path)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: distill.py [-h]"), helped.stderr[-2000:]
+    for flag in ("--output_dir", "--teacher", "--loss", "--max_train_steps", "--train_file", "--dataset_name"):
+        assert flag in helped.stdout, flag
+    assert "python training/distill.py outputs/small-builtin" in helped.stdout  # the usage examples head it
+    bad = run_command(["./no-such-folder", "--output_dir", "out"], tmp_path)
+    assert bad.returncode == 2 and bad.stdout == "", bad.stderr[-2000:]
+    assert bad.stderr == "distill.py: error: MODEL './no-such-folder': no such file or folder.\n", bad.stderr
+    (tmp_path / "student").mkdir()
+    wrong = run_command(["student", "--output_dir", "out", "--min_words", "9", "--max_words", "3"], tmp_path)
+    assert wrong.returncode == 2
+    assert wrong.stderr == "distill.py: error: --min_words (9) is larger than --max_words (3).\n", wrong.stderr
+    # a folder that holds no model: found when the work starts, before any model or sentence is loaded
+    empty = run_command(["student", "--output_dir", "out"], tmp_path)
+    (line,) = empty.stderr.splitlines()
+    assert empty.returncode == 2 and line.startswith("distill.py: error: MODEL 'student' is not a model folder"), line
+    assert not (tmp_path / "out").exists()
 
 
 def test_default_teacher_offline_is_the_verified_packaged_copy(monkeypatch, tmp_path):
@@ -75,7 +141,7 @@ def test_default_teacher_offline_is_the_verified_packaged_copy(monkeypatch, tmp_
     package, digests = distillation.PACKAGED_TEACHERS[distillation.DEFAULT_TEACHER]
     tampered = {distillation.DEFAULT_TEACHER: (package, {**digests, "config.json": "0" * 64})}
     monkeypatch.setattr(distillation, "PACKAGED_TEACHERS", tampered)
-    with pytest.raises(ValueError, match=r"--teacher .*config\.json that differs from the Hub's"):
+    with pytest.raises(UsageError, match=r"--teacher .*config\.json that differs from the Hub's"):
         distillation.resolve_teacher(distillation.DEFAULT_TEACHER)
 
     import huggingface_hub.constants
@@ -166,7 +232,7 @@ def test_distillation_makes_paraphrases_score_higher(distilled):
     than the same student before training (whose mean-pooled embeddings all point the same way: cosines near 0.9):
     the mean margin (cosine to the paraphrase minus cosine to the unrelated sentence) rises by at least 0.1 and at
     least 12 of the 16 are ranked right. (This CI-sized student ranks 13-14 of 16 at seeds 0-2; the small preset
-    distilled with the script's defaults ranks all 16, as does the teacher: README. The untrained student's count is
+    distilled with the command's defaults ranks all 16, as does the teacher: README. The untrained student's count is
     no baseline: its near-parallel embeddings ranked 15 by chance in a CI run of 2026-11-26, with other weights.)"""
     from sentence_transformers import SentenceTransformer
 

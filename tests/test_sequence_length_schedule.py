@@ -62,12 +62,12 @@ def test_short_steps_compute_the_loss_of_the_cut_rows_and_evaluation_stays_whole
     model.train()
     for step, length in [(0, 8), (1, 8), (2, 16), (3, 16), (4, 32), (100, 32)]:
         task.begin_step(step)
-        loss_sum, count = task.loss_sums(model, batch)
+        loss_sum, count = task.loss_sum(model, batch)
         torch.testing.assert_close(loss_sum, by_hand(length), rtol=1e-5, atol=1e-5)
         assert count == (batch["labels"] != -100).sum()  # the same masked tokens at every length
     task.begin_step(0)
-    short, _ = task.loss_sums(model, batch)
+    short, _ = task.loss_sum(model, batch)
     model.eval()
-    whole, _ = task.loss_sums(model, batch)  # evaluation: always the whole blocks
+    whole, _ = task.loss_sum(model, batch)  # evaluation: always the whole blocks
     torch.testing.assert_close(whole, by_hand(32), rtol=1e-5, atol=1e-5)
     assert not torch.allclose(short, whole)

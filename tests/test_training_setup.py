@@ -115,12 +115,11 @@ def test_scripts_run_as_files_import_the_installed_package(script):
 
 
 def test_each_command_is_one_main_for_its_console_script_and_its_checkout_script():
-    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same entry (`cli`:
-    the stage's `main` behind the command-line front), in the module of the stage: one layer between a command and
-    the library."""
+    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same entry (the
+    console script of `console.py`: the flags parsed, then the stage's `run` behind the command-line front)."""
     section = (REPO / "pyproject.toml").read_text().split("[project.scripts]\n")[1].split("\n\n")[0]
     scripts = dict(re.findall(r'^(\S+) = "(\S+)"$', section, flags=re.MULTILINE))
-    assert len(scripts) == len(SCRIPTS) == 6
+    assert len(scripts) == len(SCRIPTS) == 7
     for name, target in scripts.items():
         module, function = target.split(":")
         assert callable(getattr(importlib.import_module(module), function)), target
@@ -210,3 +209,21 @@ def test_continuing_at_a_longer_length_records_the_new_training_length(tmp_path)
             output_dir=str(tmp_path / "out"), model_name_or_path=str(tmp_path / "short"), max_seq_length=length
         )
         assert pretraining.build_model_config(config, tokenizer=None).max_position_embeddings == recorded
+
+
+def test_the_task_table_has_one_entry_per_head_of_the_model():
+    """One task table (`tasks.TASKS`): every head the model registers (its config's AUTO_MAP) has one entry, whose
+    Auto class loads it and whose head names its class; the ONNX export, fill-mask, the card and the pictures read
+    the table. A class of another library is judged by its name alone."""
+    from sinusoidal_encoder_training.tasks import TASKS, loss_unit, task_of_architecture
+
+    assert sorted(task.auto_class for task in TASKS.values()) == sorted(a.__name__ for a in se.AUTO_CLASSES)
+    for auto_class, model_class in se.AUTO_CLASSES.items():
+        task = TASKS[task_of_architecture(model_class.__name__)]
+        assert task.auto_class == auto_class.__name__ and model_class.__name__.endswith(task.head)
+    assert task_of_architecture("BertForTokenClassification") == "token-classification"
+    assert task_of_architecture("BertModel") == "feature-extraction"
+    assert task_of_architecture("GPT2LMHeadModel") is None and task_of_architecture(None) is None
+    units = {"architectures": ["SinusoidalEncoderForSequenceClassification"], "problem_type": "regression"}
+    assert loss_unit(units) == "squared error per output"
+    assert loss_unit({"architectures": ["SinusoidalEncoderForMaskedLM"]}) == "nats per masked token"

@@ -1,21 +1,16 @@
 """sinusoidal_encoder: a Transformer encoder with the sinusoidal position encoding of "Attention Is All You Need".
 
-Importing the package registers the config and every model class with transformers' Auto classes, and marks them
-so that `save_pretrained` writes a Hub-ready folder (code files and `auto_map`) that loads with
-`trust_remote_code=True` where this package is not installed.
+Importing the package registers the config and every model class with transformers' Auto classes (those of the
+config's `AUTO_MAP`, which every saved `config.json` carries too), and marks them so that `save_pretrained` writes a
+Hub-ready folder (code files and `auto_map`) that loads with `trust_remote_code=True` where this package is not
+installed.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+from transformers import AutoConfig
 
-from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
+from . import modeling_sinusoidal_encoder
+from .configuration_sinusoidal_encoder import AUTO_MAP, SinusoidalEncoderConfig
 from .modeling_sinusoidal_encoder import (
     SinusoidalEncoderForMaskedLM,
     SinusoidalEncoderForMultipleChoice,
@@ -24,19 +19,16 @@ from .modeling_sinusoidal_encoder import (
     SinusoidalEncoderForTokenClassification,
     SinusoidalEncoderModel,
     SinusoidalEncoderPreTrainedModel,
-    classification_losses,
     sinusoidal_position_encoding,
 )
 
 __version__ = "0.1.0"
 
+# each Auto class of the config's AUTO_MAP and the model class it builds ("module.Class" names there)
 AUTO_CLASSES = {
-    AutoModel: SinusoidalEncoderModel,
-    AutoModelForMaskedLM: SinusoidalEncoderForMaskedLM,
-    AutoModelForSequenceClassification: SinusoidalEncoderForSequenceClassification,
-    AutoModelForTokenClassification: SinusoidalEncoderForTokenClassification,
-    AutoModelForQuestionAnswering: SinusoidalEncoderForQuestionAnswering,
-    AutoModelForMultipleChoice: SinusoidalEncoderForMultipleChoice,
+    getattr(transformers, auto_name): getattr(modeling_sinusoidal_encoder, target.rpartition(".")[2])
+    for auto_name, target in AUTO_MAP.items()
+    if auto_name != "AutoConfig"
 }
 
 AutoConfig.register(SinusoidalEncoderConfig.model_type, SinusoidalEncoderConfig, exist_ok=True)
@@ -55,6 +47,5 @@ __all__ = [
     "SinusoidalEncoderForTokenClassification",
     "SinusoidalEncoderModel",
     "SinusoidalEncoderPreTrainedModel",
-    "classification_losses",
     "sinusoidal_position_encoding",
 ]

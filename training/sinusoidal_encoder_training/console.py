@@ -3,7 +3,7 @@
 no heavy library, so that `--help` and a bad flag answer at once), then imports its stage's module and runs it
 (`run_stage`); a module of an extra that is not installed ends in one line naming the extra. Which extra each
 command needs (README, "Install"): pretrain, finetune and train-tokenizer the `training` extra, export-onnx the
-`onnx` one; fill-mask and publish work with the base install."""
+`onnx` one, distill the `integrations` and `training` ones; fill-mask and publish work with the base install."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ def fill_mask() -> None:
 def export_onnx() -> None:
     """`sinusoidal-encoder-export-onnx`: `sinusoidal_encoder_training.onnx_export`."""
     run_stage("onnx_export", configs.OnnxExportConfig)
+
+
+def distill() -> None:
+    """`sinusoidal-encoder-distill`: `sinusoidal_encoder_training.distillation`."""
+    run_stage("distillation", configs.DistillationConfig)
 
 
 def publish() -> None:

@@ -10,12 +10,8 @@ import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto clas
 from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command, loading
 from sinusoidal_encoder_training.configs import FillMaskConfig
-from sinusoidal_encoder_training.onnx_export import (
-    folder_architecture,
-    head_problem,
-    load_trained,
-    task_of_architecture,
-)
+from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
+from sinusoidal_encoder_training.tasks import EXPORTED, task_of_architecture
 
 EXAMPLES = (
     "Return a new [MASK] containing the items of the sequence.",
@@ -28,7 +24,7 @@ EXAMPLES = (
 def instead(architecture: str | None) -> str:
     """What to use instead of fill-mask predictions from a folder without a trained masked-LM head."""
     own = task_of_architecture(architecture)
-    if own in ("text-classification", "token-classification"):
+    if own in EXPORTED and own not in ("fill-mask", "feature-extraction"):
         return (
             f"give fill_mask the pretraining folder it was fine-tuned from; this model's own head runs in "
             f"pipeline('{own}') or exports with export_onnx --task {own}."

@@ -45,7 +45,14 @@ from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import derive_seed, load_raw_datasets, text_column
 from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.hub import check_hub_access
-from sinusoidal_encoder_training.loop import StageResult, TrainingTask, make_accelerator, make_loaders, train
+from sinusoidal_encoder_training.loop import (
+    StageResult,
+    TrainingTask,
+    make_accelerator,
+    make_loaders,
+    real_examples,
+    train,
+)
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
@@ -212,6 +219,12 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
+def model_inputs(batch: dict[str, torch.Tensor], labels: bool = True) -> dict[str, torch.Tensor]:
+    """What a batch gives the model: ids, mask, and the labels (unless `labels` is False)."""
+    names = ("input_ids", "attention_mask", "labels") if labels else ("input_ids", "attention_mask")
+    return {name: batch[name] for name in names if name in batch}
+
+
 class ClassificationTask(TrainingTask):
     """Sequence classification (single-label, multi-label, regression) or token classification."""
 
@@ -227,41 +240,42 @@ class ClassificationTask(TrainingTask):
         self.generator.manual_seed(derive_seed(self.seed, "data", epoch))
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """As `classification_losses` counts them: labelled tokens, or one unit per label value (one per example for
-        single-label classification and one-output regression, one per label for multi-label)."""
+        """As the heads count them: labelled tokens, or one unit per label value (one per example for single-label
+        classification and one-output regression, one per label for multi-label)."""
         if self.problem == "token_classification":
             return (batch["labels"] != -100).sum()
         return torch.tensor(batch["labels"].numel(), device=batch["labels"].device)
 
-    def forward(self, model, batch):
-        inputs = {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")}
-        return model(**inputs).logits
-
-    def per_example_losses(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Loss sums and units per example, `(B,)` each: the model file's own definition, which its heads use too."""
-        return sinusoidal_encoder.classification_losses(self.problem, logits, labels)
-
-    def loss_sums(self, model, batch):
-        """The loss summed over the batch and its units, from the logits of one forward pass (the model is called
-        without labels: the loss is computed here, once)."""
-        sums, units = self.per_example_losses(self.forward(model, batch), batch["labels"])
-        return sums.sum(), units.sum()
+    def loss(self, model, batch, num_items_in_batch):
+        """The head's own loss: summed over the batch's units, divided by `num_items_in_batch`."""
+        return model(**model_inputs(batch), num_items_in_batch=num_items_in_batch).loss
 
     @torch.no_grad()
     def predict(self, model, loader, accelerator: Accelerator):
-        """Loss, predictions and references over the whole split, gathered across processes."""
+        """Loss, predictions and references over the whole split, gathered across processes (the examples
+        accelerate repeats on the last batch counted once)."""
         model.eval()
         loss_sum, units, predictions, references = 0.0, 0.0, [], []
         for batch in loader:
-            logits = self.forward(model, batch)
-            sums, counts = self.per_example_losses(logits, batch["labels"])
             labels = batch["labels"]
+            real = real_examples(accelerator, labels.shape[0])
+            if real == labels.shape[0]:  # one forward: the loss and the logits
+                units_here = self.loss_units(batch).clamp(min=1)
+                outputs = model(**model_inputs(batch), num_items_in_batch=units_here)
+                sums, counts = outputs.loss * units_here, self.loss_units(batch)
+            else:  # the last batch: the loss of its real examples alone
+                outputs = model(**model_inputs(batch, labels=False))
+                kept = {k: v[:real] for k, v in batch.items()}
+                counts = self.loss_units(kept) if real else torch.zeros((), device=labels.device)
+                sums = self.loss(model, kept, counts.clamp(min=1)) * counts.clamp(min=1) if real else counts.float()
+            totals = accelerator.reduce(torch.stack([sums.double(), counts.double()]), reduction="sum")
+            loss_sum += totals[0].item()
+            units += totals[1].item()
+            logits = outputs.logits
             if self.problem == "token_classification":  # pad across processes before gathering
                 logits = accelerator.pad_across_processes(logits, dim=1)
                 labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)
-            logits, labels, sums, counts = accelerator.gather_for_metrics((logits, labels, sums, counts))
-            loss_sum += sums.double().sum().item()
-            units += counts.double().sum().item()
+            logits, labels = accelerator.gather_for_metrics((logits, labels))
             if self.problem == "token_classification":
                 for row_pred, row_ref in zip(logits.argmax(-1).tolist(), labels.tolist(), strict=True):
                     keep = [i for i, r in enumerate(row_ref) if r != -100]

@@ -160,14 +160,16 @@ class TrainingTask:
 
     name = "training"
 
-    def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The loss of a batch summed over its loss units (masked tokens, labelled tokens, label values), and the
-        number of those units: two scalars, from one forward pass."""
+    def loss(self, model, batch: dict[str, torch.Tensor], num_items_in_batch: float | torch.Tensor) -> torch.Tensor:
+        """The model's own loss of a batch, from one forward pass with its labels: the loss summed over its units
+        divided by `num_items_in_batch`, transformers' convention (the models of this package, and any that
+        transformers' Trainer trains under gradient accumulation, honour it)."""
         raise NotImplementedError
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The loss units of a batch, known before the forward pass (the loss is normalised by their global sum): a
-        scalar on the batch's device."""
+        """The loss units of a batch as the model counts them (masked tokens, labelled tokens, examples, label
+        values), known before the forward pass: the step's loss is the sum over the units of every micro-batch of
+        every process, divided by their number. A scalar on the batch's device."""
         raise NotImplementedError
 
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
@@ -306,19 +308,21 @@ def train(
                 if requests:
                     stopping = True
                     break
-                # DDP averages gradients over processes and accelerator.backward divides by the accumulation steps
-                scale = world * config.gradient_accumulation_steps / max(units, 1.0)
+                # each micro-batch's loss is its sum over the step's units; DDP averages gradients over processes and
+                # accelerator.backward divides by the accumulation steps: the gradient is that of the step's mean
+                scale = world * config.gradient_accumulation_steps
+                items = torch.tensor(max(units, 1.0), dtype=torch.float32, device=device)  # a tensor: no recompiles
                 for batch in window:
                     with accelerator.accumulate(model):
-                        loss_sum, count = task.loss_sums(model, batch)
-                        accelerator.backward(loss_sum * scale)
+                        loss = task.loss(model, batch, items)
+                        accelerator.backward(loss * scale)
                         if accelerator.sync_gradients and config.max_grad_norm > 0:
                             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                         optimizer.step()
                         scheduler.step()
                         optimizer.zero_grad()
-                    window_loss += loss_sum.detach().double()
-                    window_units += count.double()
+                    window_loss += loss.detach().double() * units  # this process's sum
+                window_units += units
                 progress.completed_steps += 1
                 progress.batches_in_epoch += config.gradient_accumulation_steps
                 progress.tokens_seen += int(tokens)
@@ -328,7 +332,8 @@ def train(
 
                 step = progress.completed_steps
                 if step % config.logging_steps == 0 or step == max_train_steps:
-                    loss = (accelerator.reduce(window_loss, "sum") / accelerator.reduce(window_units, "sum")).item()
+                    # every process's sums over the steps' units (the same on every process: reduced already)
+                    loss = (accelerator.reduce(window_loss, "sum") / window_units.clamp(min=1.0)).item()
                     metrics = {
                         "train_loss": loss,
                         "learning_rate": scheduler.get_last_lr()[0],
@@ -482,6 +487,17 @@ def interruption_line(config: TrainingConfig, step: int) -> str:
     if "--resume_from_checkpoint" not in args:
         args += ["--resume_from_checkpoint", "latest"]
     return f"interrupted at step {step}; the newest checkpoint is {newest}; resume with: {shlex.join(command + args)}"
+
+
+def real_examples(accelerator: Accelerator, local: int) -> int:
+    """How many of the `local` examples of this process's current evaluation batch are real: all but on the last
+    batch of a prepared loader, where accelerate repeats examples to even it out across processes
+    (`gradient_state.remainder` r > 0, the real examples of the gathered batch). The example in local row i of
+    process p is row p × local + i of the gathered batch, real if that is below r: the real ones are a prefix."""
+    state = accelerator.gradient_state
+    if not state.end_of_dataloader or state.remainder <= 0:
+        return local
+    return max(0, min(local, state.remainder - accelerator.process_index * local))
 
 
 def unlabel_repeated_examples(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:

@@ -12,23 +12,9 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .command_line import UsageError
 from .resources import resource_path
+from .tasks import TASKS
 
 TEMPLATE = resource_path("model_card.md")
-
-TASKS = {
-    "fill-mask": ("AutoModelForMaskedLM", "pretrained by masked language modelling", "Fill-Mask"),
-    "text-classification": (
-        "AutoModelForSequenceClassification",
-        "fine-tuned for sequence classification",
-        "Text Classification",
-    ),
-    "token-classification": (
-        "AutoModelForTokenClassification",
-        "fine-tuned for token classification",
-        "Token Classification",
-    ),
-    "feature-extraction": ("AutoModel", "an encoder", "Feature Extraction"),
-}
 
 
 def model_reference(output_dir: str, hub_model_id: str | None) -> str:
@@ -107,7 +93,8 @@ def render_model_card(
     `data_note` says what the training data covers, in the limits (by default: the data named under Training
     data)."""
     config = model.config
-    auto_class, task_summary, task_name = TASKS[pipeline_tag]
+    task = TASKS[pipeline_tag]
+    auto_class, task_summary, task_name = task.auto_class, task.card_summary, task.card_title
     local = model_id is None  # the code loads the folder by its name: say so
     model_id = model_reference(output_dir, model_id)
     if local:
@@ -188,7 +175,8 @@ def draw_pictures(output_dir: str, config) -> dict[str, str]:
     """The PNGs of `sinusoidal_encoder_training.plots` for an exported folder, or none (with a note) without
     matplotlib."""
     try:
-        from sinusoidal_encoder_training.plots import loss_unit, write_plots
+        from sinusoidal_encoder_training.plots import write_plots
+        from sinusoidal_encoder_training.tasks import loss_unit
 
         return write_plots(output_dir, config.hidden_size, config.position_encoding_base, loss_unit(config.to_dict()))
     except UsageError as error:  # matplotlib missing: `require_extra` names the extra

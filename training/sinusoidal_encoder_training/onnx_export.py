@@ -13,40 +13,15 @@ import os
 from collections.abc import Iterator
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+from transformers import AutoConfig
 from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.command_line import UsageError, command, loading, require_extra
 from sinusoidal_encoder_training.configs import OnnxExportConfig
-
-TASKS = {
-    "fill-mask": (AutoModelForMaskedLM, "logits"),
-    "feature-extraction": (AutoModel, "last_hidden_state"),
-    "text-classification": (AutoModelForSequenceClassification, "logits"),
-    "token-classification": (AutoModelForTokenClassification, "logits"),
-}
-
-# the task of the head a model class carries, by the end of its name (config.json `architectures`); a bare encoder
-# ("...Model") is feature-extraction (`task_of_architecture`)
-TASK_OF_CLASS_SUFFIX = {
-    "ForMaskedLM": "fill-mask",
-    "ForSequenceClassification": "text-classification",
-    "ForTokenClassification": "token-classification",
-}
-HEAD_OF_TASK = {
-    "fill-mask": "masked-LM head",
-    "feature-extraction": "encoder",
-    "text-classification": "sequence-classification head",
-    "token-classification": "token-classification head",
-}
+from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, task_of_architecture
 
 
 def folder_architecture(source: str, name: str = "MODEL") -> str | None:
@@ -60,20 +35,6 @@ def folder_architecture(source: str, name: str = "MODEL") -> str | None:
     return next(iter(getattr(config, "architectures", None) or []), None)
 
 
-def task_of_architecture(architecture: str | None) -> str | None:
-    """The task of the head a model class carries (`TASKS`' names): fill-mask for `...ForMaskedLM`,
-    text-classification and token-classification for the classifiers, feature-extraction for a bare encoder
-    (`...Model`); None for another head (question answering, multiple choice) or no class."""
-    if architecture is None:
-        return None
-    for suffix, task in TASK_OF_CLASS_SUFFIX.items():
-        if architecture.endswith(suffix):
-            return task
-    if architecture.endswith("Model") and "For" not in architecture and not architecture.endswith("HeadModel"):
-        return "feature-extraction"
-    return None
-
-
 def head_problem(source: str, architecture: str | None, task: str, instead: str, name: str = "MODEL") -> str | None:
     """The one-line refusal when a folder saved from `architecture` has no trained head for `task` (the encoder,
     feature-extraction, is in every folder; a folder that names no class is judged when it loads, `load_trained`);
@@ -81,8 +42,8 @@ def head_problem(source: str, architecture: str | None, task: str, instead: str,
     if architecture is None or task == "feature-extraction" or task_of_architecture(architecture) == task:
         return None
     return (
-        f"{name} {source!r} is a {architecture}, without a trained {HEAD_OF_TASK[task]} (transformers would add one "
-        f"initialised at random): {instead}"
+        f"{name} {source!r} is a {architecture}, without a trained {TASKS[task].head_description} (transformers "
+        f"would add one initialised at random): {instead}"
     )
 
 
@@ -194,11 +155,11 @@ def resolve_task(config: OnnxExportConfig) -> tuple[str, str | None]:
     can be exported and `--task` is not given."""
     architecture = folder_architecture(config.model)
     own = task_of_architecture(architecture)
-    task = config.task or own
+    task = config.task or (own if own in EXPORTED else None)
     if task is None and architecture is None:
         raise UsageError(
             f"MODEL {config.model!r}: its config.json names no architecture, so its head is unknown: pass --task "
-            "(fill-mask, feature-extraction, text-classification or token-classification)."
+            f"({', '.join(EXPORTED)})."
         )
     if task is None:
         raise UsageError(
@@ -217,7 +178,7 @@ def run(config: OnnxExportConfig) -> None:
     for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
         require_extra(module, what="the ONNX export")  # before the model is loaded
     task, own = resolve_task(config)
-    auto_class, output_name = TASKS[task]
+    auto_class, output_name = getattr(transformers, TASKS[task].auto_class), TASKS[task].outputs[0]
     with loading("MODEL", config.model):
         model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
     print(f"exporting {type(model).__name__} ({task}) from {config.model}")

@@ -18,30 +18,13 @@ import torch
 from sinusoidal_encoder import sinusoidal_position_encoding
 from sinusoidal_encoder_training.command_line import require_extra
 from sinusoidal_encoder_training.metrics_log import read_metrics
+from sinusoidal_encoder_training.tasks import TASKS, loss_unit
 
 PICTURES = {
     "encoding_heatmap.png": "The sinusoidal position encoding (positions × dimensions)",
     "encoding_dot_products.png": "PE(p)·PE(p+k) against the offset k",
     "loss_curves.png": "Training and evaluation loss",
 }
-# what one unit of a run's loss is, by the task the folder's model was trained for (`loss_unit`)
-LOSS_UNITS = {
-    "masked_lm": "nats per masked token",
-    "token_classification": "nats per labelled token",
-    "single_label_classification": "nats per example",
-    "multi_label_classification": "nats per label",
-    "regression": "squared error per output",
-}
-
-
-def loss_unit(config: dict) -> str:
-    """The unit of the loss a model folder was trained with, from its config (`architectures`, `problem_type`)."""
-    architecture = (config.get("architectures") or [""])[0]
-    if architecture.endswith("ForMaskedLM"):
-        return LOSS_UNITS["masked_lm"]
-    if architecture.endswith("ForTokenClassification"):
-        return LOSS_UNITS["token_classification"]
-    return LOSS_UNITS.get(config.get("problem_type") or "", "per the training task")
 
 
 def _pyplot():
@@ -95,9 +78,9 @@ def plot_losses(
     path: str,
     metrics: list[dict],
     by_tokens: bool = False,
-    unit: str = LOSS_UNITS["masked_lm"],
+    unit: str = TASKS["fill-mask"].loss_units[""],
 ) -> bool:
-    """Training and evaluation loss in `unit` (see `LOSS_UNITS`), with the unigram baseline beside them and, in a
+    """Training and evaluation loss in `unit` (`tasks.loss_unit`), with the unigram baseline beside them and, in a
     second panel, the order gap when the log has them (masked-LM pretraining). Against optimizer steps, or tokens
     seen with `by_tokens`. False (and no file) when the log holds no losses."""
     scale = (tokens_per_step(metrics) or 1.0) if by_tokens else 1.0
@@ -140,7 +123,7 @@ def write_plots(
     output_dir: str,
     hidden_size: int,
     base: float = 10000.0,
-    unit: str = LOSS_UNITS["masked_lm"],
+    unit: str = TASKS["fill-mask"].loss_units[""],
     by_tokens: bool = False,
 ) -> dict[str, str]:
     """Draw every picture into `output_dir`, the losses in `unit` (against tokens seen with `by_tokens`); return

@@ -126,8 +126,7 @@ EVALUATION_NOTE = (
 class MaskedLMTask(TrainingTask):
     """Masked language modelling on packed blocks: loss units are masked tokens. The model computes the loss, once
     per batch: it takes `labels` and `num_items_in_batch` and returns the cross-entropy summed over the labelled
-    tokens divided by `num_items_in_batch` (transformers' convention, which `SinusoidalEncoderForMaskedLM` follows;
-    transformers' `BertForMaskedLM` returns the mean whatever it is given)."""
+    tokens divided by `num_items_in_batch` (transformers' convention, which `SinusoidalEncoderForMaskedLM` follows)."""
 
     name = "pretraining"
 
@@ -156,17 +155,22 @@ class MaskedLMTask(TrainingTask):
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return (batch["labels"] != -100).sum()
 
-    def loss_sums(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The masked-token cross-entropy summed over the batch, as the model computes it (`num_items_in_batch=1`:
-        the sum itself), and the number of masked tokens: two scalars. In training under a sequence-length warmup
-        each block runs as shorter rows (the same tokens and masks)."""
+    def loss(self, model, batch: dict[str, torch.Tensor], num_items_in_batch: float | torch.Tensor) -> torch.Tensor:
+        """The masked-token cross-entropy of the batch summed and divided by `num_items_in_batch`, as the model
+        computes it. In training under a sequence-length warmup each block runs as shorter rows (the same tokens and
+        masks)."""
         labels = batch["labels"]  # (B, T)
         input_ids = batch["input_ids"]
         if model.training and self.train_length is not None:  # sequence-length warmup: each block as shorter rows
             input_ids = input_ids.reshape(-1, self.train_length)  # (B * T / L, L)
             labels = labels.reshape(-1, self.train_length)  # (B * T / L, L)
-        loss_sum = model(input_ids=input_ids, labels=labels, num_items_in_batch=1).loss
-        return loss_sum, (labels != -100).sum()
+        return model(input_ids=input_ids, labels=labels, num_items_in_batch=num_items_in_batch).loss
+
+    def loss_sum(self, model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's loss summed over its masked tokens, and their number (the model's loss times its units)."""
+        count = self.loss_units(batch)
+        items = count.clamp(min=1)
+        return self.loss(model, batch, items) * items, count
 
     @torch.no_grad()
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
@@ -179,8 +183,8 @@ class MaskedLMTask(TrainingTask):
         unigram = self.unigram_log_probs.to(accelerator.device)
         for batch in loader:
             batch = {**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)}
-            loss_sum, count = self.loss_sums(model, batch)
-            permuted_sum, _ = self.loss_sums(model, permute_inner_tokens(batch, self.seed))
+            loss_sum, count = self.loss_sum(model, batch)
+            permuted_sum, _ = self.loss_sum(model, permute_inner_tokens(batch, self.seed))
             labels = batch["labels"]  # (B, T)
             unigram_sum = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum()
             totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
@@ -199,27 +203,11 @@ class MaskedLMTask(TrainingTask):
         return describe_evaluation(metrics)
 
 
-def check_model(model: transformers.PreTrainedModel, tokenizer_size: int) -> None:
-    """A `ValueError` unless `model` can be pretrained here: its vocabulary covers the tokenizer's, and its loss is the
-    summed loss divided by `num_items_in_batch` (`MaskedLMTask` takes the sum with `num_items_in_batch=1`; a model
-    that returns its mean whatever it is passed, as transformers' BertForMaskedLM does, would train and report at the
-    wrong scale). Checked on four tokens in evaluation mode, which draws no random number."""
+def check_vocabulary(model: transformers.PreTrainedModel, tokenizer_size: int) -> None:
+    """A `UsageError` unless the vocabulary of `model` covers the tokenizer's."""
     if model.config.vocab_size < tokenizer_size:
         raise UsageError(
             f"The model's vocabulary ({model.config.vocab_size}) is smaller than the tokenizer's ({tokenizer_size})."
-        )
-    device = next(model.parameters()).device
-    ids = torch.arange(4, device=device).unsqueeze(0) % model.config.vocab_size  # (1, 4)
-    training = model.training
-    model.eval()
-    with torch.no_grad():
-        summed, halved = (model(input_ids=ids, labels=ids, num_items_in_batch=n).loss for n in (1, 2))
-    model.train(training)
-    if not torch.allclose(summed, 2 * halved):
-        raise UsageError(
-            f"{type(model).__name__} does not divide its summed loss by `num_items_in_batch` (it returned "
-            f"{summed.item():.4g} for 1 and {halved.item():.4g} for 2): pretraining needs the summed masked-token "
-            "loss. Override its forward to honour `num_items_in_batch`, as transformers' Trainer passes it."
         )
 
 
@@ -227,14 +215,14 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
     """Tokenise and pack the corpus, then train by masked language modelling the model the settings describe
     (`build_model`, called once every RNG is seeded), or `model`: a masked-LM of your own making, whose vocabulary
     covers the tokenizer's and whose loss honours `num_items_in_batch` as transformers' Trainer passes it (the
-    summed loss divided by it; checked before training), as `MaskedLMTask` needs. Its initialisation is yours; the
+    summed loss divided by it), as `MaskedLMTask` needs. Its initialisation is yours; the
     run's seed governs data order, masks and dropout."""
     accelerator = make_accelerator(config)
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     tokenizer = load_tokenizer(config)
     if model is not None:
-        check_model(model, len(tokenizer))
+        check_vocabulary(model, len(tokenizer))
     else:
         model_config = build_model_config(config, tokenizer)
     claim_output_folder(accelerator, config, MaskedLMTask.name)  # before the data: the folder, a resume's settings
