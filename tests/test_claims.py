@@ -223,3 +223,28 @@ def test_measured_figures_in_prose_carry_a_date_or_come_from_a_result_file():
 )
 def test_undated_figures_are_found_and_dated_or_generated_ones_left_out(text, expected):
     assert undated_figures(text) == expected
+
+
+# flags of other programs that the library's texts name: `accelerate launch`'s, argparse's own, the plots command's
+OTHER_FLAGS = {"--cpu", "--multi_gpu", "--num_machines", "--num_processes", "--help", "--by_tokens"}
+
+
+def test_every_flag_the_library_names_is_a_flag_of_one_of_its_commands():
+    """Help texts, error lines and docstrings of the library name flags (`--max_seq_length must be ...`): each is a
+    field of a command's run configuration (or publish's own flag, or one of another program's, `OTHER_FLAGS`), so
+    that renaming a setting cannot leave a text naming the old flag. `--name` stands for any flag."""
+    import dataclasses
+
+    from sinusoidal_encoder_training import configs
+
+    flags = {"--hub_model_id", "--private", "--commit_message", "--dry_run", "--name", *OTHER_FLAGS}  # publish's
+    for value in vars(configs).values():
+        if isinstance(value, type) and dataclasses.is_dataclass(value):
+            flags |= {f"--{field.name}" for field in dataclasses.fields(value)}
+    unknown = []
+    for file in sorted([*(REPO / "training").rglob("*.py"), *(REPO / "modeling").rglob("*.py")]):
+        for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9_]*", line):
+                if flag not in flags:
+                    unknown.append(f"{file.relative_to(REPO)}:{number}: {flag}")
+    assert not unknown, unknown
