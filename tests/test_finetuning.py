@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import export, finetuning
+from sinusoidal_encoder_training import classification, export, finetuning
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
@@ -230,7 +230,7 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
             for split in ("train", "validation")
         }
     )
-    encoded = finetuning.encode(
+    encoded = classification.encode(
         raw, tokenizer, 32, "token_classification", ["B-X", "I-X", "O"], ("tokens", None, "tags")
     )["train"][0]
     pieces = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
@@ -373,7 +373,7 @@ def test_a_failing_optional_step_loses_no_model(tmp_path, pretrained, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("the baselines broke")
 
-    monkeypatch.setattr(finetuning, "run_baselines", broken)
+    monkeypatch.setattr(classification, "run_baselines", broken)
     monkeypatch.setattr(export, "draw_pictures", broken)
     out = tmp_path / "classifier"
     final = run_finetune(

@@ -119,7 +119,7 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
 def test_the_counts_of_a_batch_stay_on_its_device(task_name):
     """The loss units and the tokens of a batch are scalars on the batch's device (the training loop stacks them
     there): a batch on the meta device stands in for one on a GPU, where a CPU count stopped the first step."""
-    from sinusoidal_encoder_training.finetuning import ClassificationTask
+    from sinusoidal_encoder_training.classification import ClassificationTask
     from sinusoidal_encoder_training.pretraining import MaskedLMTask
 
     if task_name == "masked-lm":
@@ -146,7 +146,8 @@ def test_the_loss_units_of_the_tasks_are_those_the_heads_divide_by(problem):
     by its own count of units without it; the training library counts the same units (`loss_units`), so that the
     loss it asks for with `num_items_in_batch=loss_units(batch)` is the head's own mean."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.finetuning import ClassificationTask, model_inputs
+    from sinusoidal_encoder_training.classification import ClassificationTask
+    from sinusoidal_encoder_training.finetuning import model_inputs
     from sinusoidal_encoder_training.pretraining import MaskedLMTask
 
     ids = torch.randint(1, VOCAB_SIZE, (3, 10), generator=torch.Generator().manual_seed(0))

@@ -482,7 +482,8 @@ ProblemType = Literal["single_label_classification", "multi_label_classification
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FinetuningConfig(DataConfig, TrainingConfig):
-    """Fine-tune a sinusoidal encoder for sequence or token classification with accelerate.
+    """Fine-tune a sinusoidal encoder with accelerate: sequence or token classification, extractive question
+    answering, multiple choice.
 
         # the offline downstream task: which library a passage of the built-in corpus documents
         python training/finetune.py --model_name_or_path outputs/small-builtin --output_dir outputs/library-classifier
@@ -495,10 +496,18 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         python training/finetune.py --task token-classification --model_name_or_path M \\
             --train_file train.jsonl --validation_file dev.jsonl --text_column_name tokens \\
             --label_column_name ner_tags --output_dir out
+        # question answering on SQuAD-format rows (question, context, answers), multiple choice on SWAG's
+        # (sent1, sent2, ending0, ending1, ..., label)
+        python training/finetune.py --task question-answering --model_name_or_path M \
+            --dataset_name rajpurkar/squad --max_length 384 --doc_stride 128 --output_dir out
+        python training/finetune.py --task multiple-choice --model_name_or_path M \
+            --train_file docs/examples/multiple_choice.jsonl \
+            --validation_file docs/examples/multiple_choice_validation.jsonl --output_dir out
 
     Labels become `id2label`/`label2id` in the saved config; metrics are computed locally (accuracy and macro-F1;
-    micro/macro-F1 for multi-label; Pearson/Spearman for regression; entity-level F1 for tokens). The output folder is
-    Hub-ready and loads with the matching Auto class and in the text- / token-classification pipeline.
+    micro/macro-F1 for multi-label; Pearson/Spearman for regression; entity-level F1 for tokens; SQuAD's exact match
+    and F1 for question answering; accuracy for multiple choice). The output folder is Hub-ready and loads with the
+    task's Auto class (and in the text- / token-classification pipeline).
 
     The run configuration: `model_name_or_path` and `output_dir` are required; fine-tuning has its own defaults for
     the learning rate and the epochs. Derived: `builtin` (no data setting: the offline downstream task, whose columns
@@ -533,6 +542,13 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         },
     )
     max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
+    doc_stride: int = dataclasses.field(
+        default=32,
+        metadata={
+            "help": "question-answering: a context longer than --max_length is cut into windows that overlap by this "
+            "many tokens."
+        },
+    )
     pad_to_multiple_of: int | None = dataclasses.field(
         default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
     )
@@ -576,17 +592,20 @@ class FinetuningConfig(DataConfig, TrainingConfig):
             raise UsageError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
         if self.max_length < 4:
             raise UsageError(f"--max_length must be at least 4, got {self.max_length}.")
-        if self.task == "token-classification" and self.text_pair_column_name:
+        if self.task != "text-classification" and self.text_pair_column_name:
             raise UsageError("--text_pair_column_name is for text-classification.")
+        if self.task == "question-answering" and not 0 <= self.doc_stride < self.max_length // 2:
+            raise UsageError(
+                f"--doc_stride must be at least 0 and less than half of --max_length ({self.max_length}), got "
+                f"{self.doc_stride}."
+            )
         check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)
         if self.baselines:
             require_extra("sklearn", "baselines", "--baselines")
         if self.builtin and self.task != "text-classification":
-            raise UsageError(
-                "The built-in downstream task is text classification: pass data for token-classification."
-            )
+            raise UsageError(f"The built-in downstream task is text classification: pass data for {self.task}.")
         if self.builtin and (self.text_column_name or self.text_pair_column_name or self.label_column_name):
             raise UsageError(
                 "--text_column_name, --text_pair_column_name and --label_column_name name columns of your data "

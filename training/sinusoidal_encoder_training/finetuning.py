@@ -1,32 +1,29 @@
-"""The fine-tuning stage: sequence or token classification with accelerate, on the data and model that a
-`FinetuningConfig` (`configs`) describes.
+"""The fine-tuning stage, with accelerate, on the data, task and model that a `FinetuningConfig` (`configs`)
+describes. What a task does with its data is its recipe, the module its entry in `tasks.TASKS` names
+(`classification`, `question_answering`, `multiple_choice`): this module loads the data, the tokenizer and the model,
+trains through the loop, and exports the folder.
 
 In code: `finetune(FinetuningConfig(model_name_or_path=..., output_dir=...))`, then `export(config, result)`. This
-module holds the task data and its label space, the classification task of the training loop, the stage, the
-export of its folder and the command line (`run`, `main`).
+module holds the task data, the model config and its checks, the stage, the export of its folder and the command
+line (`run`, `main`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import datasets
 import torch
 import transformers
-from accelerate import Accelerator
 from transformers import (
     AutoConfig,
     AutoModel,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
     AutoTokenizer,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
 )
 
 import sinusoidal_encoder
@@ -42,7 +39,7 @@ from sinusoidal_encoder_training.command_line import (
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
-from sinusoidal_encoder_training.data import derive_seed, load_raw_datasets, text_column
+from sinusoidal_encoder_training.data import load_raw_datasets
 from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.hub import check_hub_access
 from sinusoidal_encoder_training.loop import (
@@ -50,28 +47,45 @@ from sinusoidal_encoder_training.loop import (
     TrainingTask,
     make_accelerator,
     make_loaders,
-    real_examples,
     train,
-)
-from sinusoidal_encoder_training.metrics import (
-    accuracy_and_macro_f1,
-    entity_scores,
-    multi_label_scores,
-    regression_scores,
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
+from sinusoidal_encoder_training.tasks import TASKS
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
 
 
+TrainingTask_NAME = "fine-tuning"  # the name of the stage in the run folder and the trackers
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What a task's recipe (`prepare(config, raw, tokenizer, model_config)` of the module its `tasks.TASKS` entry
+    names) makes of the raw splits: the tokenised splits, their collator, the task of the training loop (made from
+    the data order's generator), the lines that head the run's log, the problem type, how the card states the
+    labels, its pipeline example and its intended uses, and scores to add after training (the baselines), computed
+    on the main process from the final evaluation."""
+
+    train: datasets.Dataset
+    validation: datasets.Dataset
+    collate: Callable
+    make_task: Callable[[torch.Generator], TrainingTask]
+    header: list[str]
+    problem: str
+    labels: str
+    example: str | None  # the text of the card's pipeline example; None: the task has no pipeline
+    uses: str
+    extra_scores: Callable[[dict[str, float]], dict[str, float]] | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class FinetuningResult(StageResult):
     """What `finetune()` returns (see `StageResult`; the final evaluation has the baselines' scores when asked),
-    and the problem type."""
+    and what the task's recipe prepared (`Prepared`: the problem type, the labels)."""
 
-    problem: str
+    prepared: Prepared
 
 
 def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
@@ -90,84 +104,6 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
         if limit is not None and limit < len(raw[split]):
             raw[split] = raw[split].shuffle(seed=config.seed).select(range(limit))
     return raw
-
-
-def label_column(dataset: datasets.Dataset, config: FinetuningConfig) -> str:
-    names = dataset.column_names
-    if config.label_column_name is not None:
-        if config.label_column_name not in names:
-            raise UsageError(f"--label_column_name {config.label_column_name!r} is not a column (columns: {names}).")
-        return config.label_column_name
-    candidates = (
-        ("ner_tags", "tags", "labels", "label") if config.task == "token-classification" else ("label", "labels")
-    )
-    for name in candidates:
-        if name in names:
-            return name
-    raise UsageError(f"No label column found (looked for {candidates}; columns: {names}): pass --label_column_name.")
-
-
-def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig) -> tuple[str, list[str] | None]:
-    """(problem type, label names or None for regression), with unseen evaluation labels refused."""
-    feature = raw["train"].features[column]
-    inner = feature.feature if isinstance(feature, (datasets.Sequence, datasets.List)) else feature
-    train_values, eval_values = raw["train"][column], raw["validation"][column]
-    if config.task == "token-classification":
-        if not isinstance(feature, (datasets.Sequence, datasets.List)):
-            raise UsageError(f"--label_column_name {column!r} must hold a list of tags per example for tokens.")
-        problem = "token_classification"
-        train_set = {t for tags in train_values for t in tags}
-        eval_set = {t for tags in eval_values for t in tags}
-    elif (
-        isinstance(feature, (datasets.Sequence, datasets.List)) or config.problem_type == "multi_label_classification"
-    ):
-        problem = "multi_label_classification"
-        train_set = {t for labels in train_values for t in labels}
-        eval_set = {t for labels in eval_values for t in labels}
-    elif config.problem_type == "regression" or (
-        isinstance(inner, datasets.Value) and inner.dtype.startswith("float") and config.problem_type is None
-    ):
-        for value in [*train_values, *eval_values]:
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise UsageError(f"Regression labels must be numbers; column {column!r} holds {value!r}.")
-        return "regression", None
-    else:
-        problem = "single_label_classification"
-        train_set, eval_set = set(train_values), set(eval_values)
-    if None in train_set or None in eval_set:
-        raise UsageError(f"The label column {column!r} has missing values.")
-    if isinstance(inner, datasets.ClassLabel):
-        names = list(inner.names)
-        train_set, eval_set = {names[i] for i in train_set}, {names[i] for i in eval_set}
-    else:
-        names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
-    unseen = eval_set - set(names) - train_set
-    if unseen:
-        raise UsageError(
-            f"The validation split has labels the training split never shows: {sorted(map(str, unseen))[:10]}. "
-            f"A model cannot learn them; fix the data or its split."
-        )
-    if problem != "token_classification" and len(names) < 2 and problem == "single_label_classification":
-        raise UsageError(f"The training labels hold a single class ({names}): nothing to classify.")
-    return problem, [str(n) for n in names]
-
-
-def check_one_tag_per_word(raw: datasets.DatasetDict, text_col: str, label_col: str, config: FinetuningConfig) -> None:
-    """Token classification: every row has a list of words and as many tags, or a `UsageError` naming the file (or
-    split) and the row."""
-    for split, flag in (("train", "--train_file"), ("validation", "--validation_file")):
-        where = f"{flag} {getattr(config, flag[2:])!r}" if getattr(config, flag[2:]) else f"the {split} split"
-        for row, (words, tags) in enumerate(zip(raw[split][text_col], raw[split][label_col], strict=True), start=1):
-            if not isinstance(words, list):
-                raise UsageError(
-                    f"{where}, row {row}: {text_col!r} holds {type(words).__name__}, not a list of words: token "
-                    "classification takes one list of words and one list of tags per row."
-                )
-            if len(words) != len(tags):
-                raise UsageError(
-                    f"{where}, row {row}: {len(words)} words in {text_col!r} and {len(tags)} tags in {label_col!r}: "
-                    "give one tag per word."
-                )
 
 
 def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
@@ -199,18 +135,6 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
     return model_config
 
 
-def check_head(config: FinetuningConfig, model_config: Any, num_labels: int) -> None:
-    """Refuse a classification head in the model folder for another number of labels than the data's (unless
-    `--ignore_mismatched_sizes`), before anything trains."""
-    head = "ForTokenClassification" if config.task == "token-classification" else "ForSequenceClassification"
-    has_head = any(a.endswith(head) for a in (model_config.architectures or []))
-    if has_head and model_config.num_labels != num_labels and not config.ignore_mismatched_sizes:
-        raise UsageError(
-            f"--model_name_or_path has a classification head for {model_config.num_labels} labels, but the data "
-            f"has {num_labels}: pass --ignore_mismatched_sizes to replace the head with a new one."
-        )
-
-
 def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     """Name → shape of every weight of the base model `model_config` describes (built on the meta device: no
     memory, no initialisation)."""
@@ -225,225 +149,38 @@ def model_inputs(batch: dict[str, torch.Tensor], labels: bool = True) -> dict[st
     return {name: batch[name] for name in names if name in batch}
 
 
-class ClassificationTask(TrainingTask):
-    """Sequence classification (single-label, multi-label, regression) or token classification."""
-
-    name = "fine-tuning"
-
-    def __init__(self, seed: int, problem: str, label_names: list[str] | None, generator: torch.Generator):
-        self.problem = problem
-        self.label_names = label_names
-        self.generator = generator
-        self.seed = seed
-
-    def start_epoch(self, epoch: int) -> None:
-        self.generator.manual_seed(derive_seed(self.seed, "data", epoch))
-
-    def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """As the heads count them: labelled tokens, or one unit per label value (one per example for single-label
-        classification and one-output regression, one per label for multi-label)."""
-        if self.problem == "token_classification":
-            return (batch["labels"] != -100).sum()
-        return torch.tensor(batch["labels"].numel(), device=batch["labels"].device)
-
-    def loss(self, model, batch, num_items_in_batch):
-        """The head's own loss: summed over the batch's units, divided by `num_items_in_batch`."""
-        return model(**model_inputs(batch), num_items_in_batch=num_items_in_batch).loss
-
-    @torch.no_grad()
-    def predict(self, model, loader, accelerator: Accelerator):
-        """Loss, predictions and references over the whole split, gathered across processes (the examples
-        accelerate repeats on the last batch counted once)."""
-        model.eval()
-        loss_sum, units, predictions, references = 0.0, 0.0, [], []
-        for batch in loader:
-            labels = batch["labels"]
-            real = real_examples(accelerator, labels.shape[0])
-            if real == labels.shape[0]:  # one forward: the loss and the logits
-                units_here = self.loss_units(batch).clamp(min=1)
-                outputs = model(**model_inputs(batch), num_items_in_batch=units_here)
-                sums, counts = outputs.loss * units_here, self.loss_units(batch)
-            else:  # the last batch: the loss of its real examples alone
-                outputs = model(**model_inputs(batch, labels=False))
-                kept = {k: v[:real] for k, v in batch.items()}
-                counts = self.loss_units(kept) if real else torch.zeros((), device=labels.device)
-                sums = self.loss(model, kept, counts.clamp(min=1)) * counts.clamp(min=1) if real else counts.float()
-            totals = accelerator.reduce(torch.stack([sums.double(), counts.double()]), reduction="sum")
-            loss_sum += totals[0].item()
-            units += totals[1].item()
-            logits = outputs.logits
-            if self.problem == "token_classification":  # pad across processes before gathering
-                logits = accelerator.pad_across_processes(logits, dim=1)
-                labels = accelerator.pad_across_processes(labels, dim=1, pad_index=-100)
-            logits, labels = accelerator.gather_for_metrics((logits, labels))
-            if self.problem == "token_classification":
-                for row_pred, row_ref in zip(logits.argmax(-1).tolist(), labels.tolist(), strict=True):
-                    keep = [i for i, r in enumerate(row_ref) if r != -100]
-                    predictions.append([self.label_names[row_pred[i]] for i in keep])
-                    references.append([self.label_names[row_ref[i]] for i in keep])
-            elif self.problem == "regression":
-                predictions += logits.squeeze(-1).tolist()
-                references += labels.tolist()
-            elif self.problem == "multi_label_classification":
-                predictions += (logits > 0).int().tolist()
-                references += labels.int().tolist()
-            else:
-                predictions += logits.argmax(-1).tolist()
-                references += labels.tolist()
-        model.train()
-        return loss_sum / max(units, 1.0), predictions, references
-
-    def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
-        loss, predictions, references = self.predict(model, loader, accelerator)
-        if self.problem == "token_classification":
-            scores = entity_scores(predictions, references)
-        elif self.problem == "regression":
-            scores = regression_scores(predictions, references)
-        elif self.problem == "multi_label_classification":
-            scores = multi_label_scores(predictions, references)
-        else:
-            scores = accuracy_and_macro_f1(predictions, references, len(self.label_names))
-        return {"eval_loss": loss, **{f"eval_{k}": v for k, v in scores.items()}}
-
-
-def encode(
-    raw: datasets.DatasetDict, tokenizer, max_length: int, problem: str, label_names, columns
-) -> datasets.DatasetDict:
-    """Tokenise, truncate to `max_length`, and turn labels into ids (first sub-token of each word for tokens)."""
-    text_col, pair_col, label_col = columns
-    index = {name: i for i, name in enumerate(label_names or [])}
-    features = raw["train"].features[label_col]
-    inner = features.feature if isinstance(features, (datasets.Sequence, datasets.List)) else features
-    class_names = inner.names if isinstance(inner, datasets.ClassLabel) else None
-
-    def name_of(value):
-        return class_names[value] if class_names is not None else str(value)
-
-    def sequence_batch(batch):
-        pairs = (batch[text_col], batch[pair_col]) if pair_col else (batch[text_col],)
-        encoded = tokenizer(*pairs, truncation=True, max_length=max_length)
-        if problem == "regression":
-            encoded["labels"] = [float(v) for v in batch[label_col]]
-        elif problem == "multi_label_classification":
-            encoded["labels"] = [
-                [1.0 if name in {name_of(v) for v in values} else 0.0 for name in label_names]
-                for values in batch[label_col]
-            ]
-        else:
-            encoded["labels"] = [index[name_of(v)] for v in batch[label_col]]
-        return encoded
-
-    def token_batch(batch):
-        # join the words with spaces, then give each word's label to its first sub-token (the others get -100)
-        texts, owners = [], []
-        for words in batch[text_col]:
-            text = " ".join(words)
-            owner = []  # the word of each character, None for the separating spaces
-            for i, word in enumerate(words):
-                owner += [i] * len(word) + [None]
-            texts.append(text)
-            owners.append(owner)
-        encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
-        all_labels = []
-        for offsets, owner, tags in zip(encoded["offset_mapping"], owners, batch[label_col], strict=True):
-            labels, labelled = [], set()
-            for start, end in offsets:
-                word = next((owner[c] for c in range(start, end) if owner[c] is not None), None)
-                if word is None or word in labelled:  # special tokens, spaces, later pieces of a word
-                    labels.append(-100)
-                else:
-                    labels.append(index[name_of(tags[word])])
-                    labelled.add(word)
-            all_labels.append(labels)
-        encoded["labels"] = all_labels
-        encoded.pop("offset_mapping")
-        return encoded
-
-    for name in (text_col, pair_col):
-        if name and name not in raw["train"].column_names:
-            raise UsageError(f"Column {name!r} is not in the dataset (columns: {raw['train'].column_names}).")
-    function = token_batch if problem == "token_classification" else sequence_batch
-    return raw.map(function, batched=True, remove_columns=raw["train"].column_names, desc="Tokenizing")
-
-
-def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> dict[str, float]:
-    """Majority class and TF-IDF + logistic regression, trained and scored on the same splits as the model."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
-    train_x, train_y = raw["train"][text_col], [str(v) for v in raw["train"][label_col]]
-    eval_x, eval_y = raw["validation"][text_col], [str(v) for v in raw["validation"][label_col]]
-    majority = Counter(train_y).most_common(1)[0][0]
-    vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2), max_features=200_000)
-    classifier = LogisticRegression(max_iter=2000, C=10.0)
-    classifier.fit(vectorizer.fit_transform(train_x), train_y)
-    predicted = classifier.predict(vectorizer.transform(eval_x))
-    names = sorted(set(train_y))
-    ids = {n: i for i, n in enumerate(names)}
-    tfidf = accuracy_and_macro_f1([ids[p] for p in predicted], [ids.get(y, -1) for y in eval_y], len(names))
-    major = accuracy_and_macro_f1([ids[majority]] * len(eval_y), [ids.get(y, -1) for y in eval_y], len(names))
-    return {
-        "majority_accuracy": major["accuracy"],
-        "majority_macro_f1": major["macro_f1"],
-        "tfidf_logreg_accuracy": tfidf["accuracy"],
-        "tfidf_logreg_macro_f1": tfidf["macro_f1"],
-    }
-
-
 def finetune(
     config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
 ) -> FinetuningResult:
     """Load the data and the model, fine-tune, evaluate (and score the baselines when asked).
 
+    What the task does with its data is the recipe its entry in `tasks.TASKS` names (`classification`,
+    `question_answering`, `multiple_choice`): its `prepare` checks and tokenises the splits, sets the task's fields
+    of the model config (the labels), and gives the collator and the task of the training loop.
+
     `model_init(model_config)` makes the model to fine-tune, as in transformers' `Trainer(model_init=...)`: it is
-    given the config of `--model_name_or_path` with the task's labels set (`num_labels`, `id2label`, `label2id`,
-    `problem_type`) and called once every RNG is seeded, so a new head starts the same in every run. By default the
-    matching Auto class loads `--model_name_or_path`, which must be a sinusoidal encoder (the exported model card
-    describes one); a `model_init` may return any architecture whose forward gives `logits`."""
+    given the config of `--model_name_or_path` with the task's fields set and called once every RNG is seeded, so a
+    new head starts the same in every run. By default the task's Auto class loads `--model_name_or_path`, which must
+    be a sinusoidal encoder (the exported model card describes one); a `model_init` may return any architecture with
+    the task's outputs whose loss honours `num_items_in_batch`."""
     accelerator = make_accelerator(config)
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
-    claim_output_folder(accelerator, config, ClassificationTask.name)  # before the data: the folder, a resume
+    claim_output_folder(accelerator, config, TrainingTask_NAME)  # before the data: the folder, a resume
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
-    with accelerator.main_process_first():
-        raw = load_task_data(config)
-    text_col = (
-        text_column(raw["train"], config.text_column_name)
-        if config.task == "text-classification"
-        else (config.text_column_name or "tokens")
-    )
-    label_col = label_column(raw["train"], config)
-    if label_col not in raw["validation"].column_names:
-        raise UsageError(f"The validation split has no label column {label_col!r}.")
-    problem, label_names = label_space(raw, label_col, config)
-    if problem == "token_classification":
-        check_one_tag_per_word(raw, text_col, label_col, config)
-    if config.with_baselines and problem != "single_label_classification":
-        raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
-    num_labels = 1 if problem == "regression" else len(label_names)
-    check_head(config, model_config, num_labels)
+    recipe = importlib.import_module(f"sinusoidal_encoder_training.{TASKS[config.task].recipe}")
     tokenizer_source = config.tokenizer_name or config.model_name_or_path
     with loading(
         "--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", tokenizer_source, "tokenizer"
     ):
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     with accelerator.main_process_first():
-        columns = (text_col, config.text_pair_column_name, label_col)
-        encoded = encode(raw, tokenizer, config.max_length, problem, label_names, columns)
-
-    model_config.num_labels = num_labels
-    if label_names is not None:
-        model_config.id2label = dict(enumerate(label_names))
-        model_config.label2id = {name: i for i, name in enumerate(label_names)}
-    model_config.problem_type = None if problem == "token_classification" else problem
+        raw = load_task_data(config)
+        prepared = recipe.prepare(config, raw, tokenizer, model_config)
     if model_init is None:
-        auto_class = (
-            AutoModelForTokenClassification
-            if problem == "token_classification"
-            else AutoModelForSequenceClassification
-        )
+        auto_class = getattr(transformers, TASKS[config.task].auto_class)
         with loading("--model_name_or_path", config.model_name_or_path):
             model = auto_class.from_pretrained(
                 config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
@@ -451,50 +188,26 @@ def finetune(
     else:
         model = model_init(model_config)
 
-    collate = (
-        DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
-        if problem == "token_classification"
-        else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
-    )
     generator = torch.Generator()
     train_loader, eval_loader = make_loaders(
-        config, encoded["train"], encoded["validation"], generator, collate, collate
+        config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
     )
     optimizer = make_optimizer(model, config)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
-    task = ClassificationTask(config.seed, problem, label_names, generator)
-    counts = Counter(raw["train"][label_col]) if problem == "single_label_classification" else None
-    header = [
-        f"Task = {config.task} ({problem}), {num_labels} label(s)",
-        f"Training examples = {len(encoded['train']):,}, evaluation examples = {len(encoded['validation']):,}",
-    ]
-    if counts:
-        header.append("Training labels = " + ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
-    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
+    task = prepared.make_task(generator)
+    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, prepared.header)
     final = trained.metrics
-
-    baselines = (
-        optional_step("score the baselines", run_baselines, raw, text_col, label_col)
-        if (config.with_baselines and accelerator.is_main_process)
-        else None
-    )
-    if baselines:
-        final.update(baselines)
-        accelerator.print(
-            f"accuracy: model {final['eval_accuracy']:.4f}, majority class {baselines['majority_accuracy']:.4f}, "
-            f"TF-IDF + logistic regression {baselines['tfidf_logreg_accuracy']:.4f}"
-        )
-    return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, problem)
+    if prepared.extra_scores is not None and accelerator.is_main_process:
+        extra = optional_step("score the baselines", prepared.extra_scores, final)
+        final.update(extra or {})
+    return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared)
 
 
 def export(config: FinetuningConfig, result: FinetuningResult) -> None:
     """The Hub-ready folder: weights, config with the label names, code, tokenizer, README.md (model card with the
     results and the baselines), pictures and eval_results.json."""
-    accelerator, progress, final, problem = result.accelerator, result.progress, result.metrics, result.problem
-    tokens = problem == "token_classification"
-    pipeline_tag = "token-classification" if tokens else "text-classification"
-    id2label = accelerator.unwrap_model(result.model).config.id2label
-    labels = "a real number" if problem == "regression" else ", ".join(id2label.values())
+    accelerator, progress, final = result.accelerator, result.progress, result.metrics
+    problem, labels, pipeline_tag = result.prepared.problem, result.prepared.labels, config.task
     if config.builtin:
         data = (
             "The offline downstream task of sinusoidal-encoder: passages of its built-in corpus (Python "
@@ -523,20 +236,20 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         accelerator,
         config,
         result.model,
-        AutoModelForTokenClassification if tokens else AutoModelForSequenceClassification,
+        getattr(transformers, TASKS[config.task].auto_class),
         result.tokenizer,
         pipeline_tag=pipeline_tag,
-        example="Tag the words of this sentence ." if tokens else "A passage of documentation to classify.",
+        example=result.prepared.example,
         training_data=data,
         training_procedure=procedure,
         metrics={
             k.removeprefix("eval_"): v for k, v in final.items() if k.startswith("eval_") and isinstance(v, float)
         },
-        baselines={k: v for k, v in final.items() if k.startswith(BASELINE_PREFIXES)},
+        baselines={k: v for k, v in final.items() if k.startswith(("majority_", "tfidf_logreg_"))},
         dataset_name="built-in library-of-a-passage task" if config.builtin else None,
         base_model=config.base_model_id
         or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),
-        intended_uses=f"{config.task} with the labels it was trained on: {labels}.",
+        intended_uses=result.prepared.uses,
         extra_tags=(pipeline_tag,),
     )
 

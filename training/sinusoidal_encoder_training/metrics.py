@@ -111,3 +111,38 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     recall = tp / n_ref if n_ref else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1, "accuracy": correct / max(words, 1)}
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation of an answer before comparing: lower case, no punctuation, no articles (a, an, the),
+    single spaces."""
+    import re
+    import string
+
+    text = "".join(character for character in text.lower() if character not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def squad_scores(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Exact match and token F1 of SQuAD (v1.1's evaluation script): each predicted answer against the best of its
+    reference answers, after `normalize_answer`; an unanswerable question (no reference) counts as right when the
+    prediction is empty. In percent, as SQuAD reports them."""
+    if len(predictions) != len(references) or not references:
+        raise ValueError("predictions and references must be non-empty and of equal length")
+
+    def f1(prediction: str, reference: str) -> float:
+        predicted, expected = normalize_answer(prediction).split(), normalize_answer(reference).split()
+        if not predicted or not expected:
+            return float(predicted == expected)
+        common = sum((Counter(predicted) & Counter(expected)).values())
+        if common == 0:
+            return 0.0
+        precision, recall = common / len(predicted), common / len(expected)
+        return 2 * precision * recall / (precision + recall)
+
+    exact = total = 0.0
+    for prediction, answers in zip(predictions, references, strict=True):
+        answers = list(answers) or [""]
+        exact += max(float(normalize_answer(prediction) == normalize_answer(answer)) for answer in answers)
+        total += max(f1(prediction, answer) for answer in answers)
+    return {"exact_match": 100 * exact / len(references), "f1": 100 * total / len(references)}

@@ -33,8 +33,17 @@ def local_folder_note(name: str) -> str:
     )
 
 
-def pipeline_example(pipeline_tag: str, reference: str, text: str) -> str:
-    """A pipeline snippet that runs with the package installed or without it (`trust_remote_code=True`)."""
+def pipeline_example(pipeline_tag: str, reference: str, text: str | None) -> str:
+    """A pipeline snippet that runs with the package installed or without it (`trust_remote_code=True`); for a task
+    without a pipeline in transformers 5 (`text` None: question answering, multiple choice), the loading of its
+    Auto class and tokenizer."""
+    if text is None:
+        auto_class = TASKS[pipeline_tag].auto_class
+        return (
+            f"```python\nfrom transformers import {auto_class}, AutoTokenizer\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{reference}")\n'
+            f'model = {auto_class}.from_pretrained("{reference}", trust_remote_code=True)\n```'
+        )
     name = {"fill-mask": "fill", "token-classification": "tag"}.get(pipeline_tag, "classify")
     return (
         "```python\nfrom transformers import pipeline\n\n"

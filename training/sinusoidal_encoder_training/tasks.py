@@ -26,7 +26,7 @@ class Task:
     card_title: str
     loss_units: dict[str, str]
     outputs: tuple[str, ...] = ()
-    finetuned: bool = False  # whether `finetune --task NAME` trains it
+    recipe: str | None = None  # the module of this package that fine-tunes it (`finetune --task NAME`), if any
 
 
 TASKS: dict[str, Task] = {
@@ -65,7 +65,7 @@ TASKS: dict[str, Task] = {
                 "regression": "squared error per output",
             },
             ("logits",),
-            finetuned=True,
+            recipe="classification",
         ),
         Task(
             "token-classification",
@@ -76,7 +76,7 @@ TASKS: dict[str, Task] = {
             "Token Classification",
             {"": "nats per labelled token"},
             ("logits",),
-            finetuned=True,
+            recipe="classification",
         ),
         Task(
             "question-answering",
@@ -86,6 +86,7 @@ TASKS: dict[str, Task] = {
             "fine-tuned for extractive question answering",
             "Question Answering",
             {"": "nats per answer (the mean of its start and end)"},
+            recipe="question_answering",
         ),
         Task(
             "multiple-choice",
@@ -95,12 +96,13 @@ TASKS: dict[str, Task] = {
             "fine-tuned for multiple choice",
             "Multiple Choice",
             {"": "nats per question"},
+            recipe="multiple_choice",
         ),
     )
 }
 
 EXPORTED = tuple(name for name, task in TASKS.items() if task.outputs)  # what the ONNX export takes
-FINETUNED = tuple(name for name, task in TASKS.items() if task.finetuned)  # what fine-tuning trains
+FINETUNED = tuple(name for name, task in TASKS.items() if task.recipe)  # what fine-tuning trains
 
 
 def task_of_architecture(architecture: str | None) -> str | None:
