@@ -674,7 +674,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__(config)
-        config.check()
+        config.check()  # again: `from_pretrained(folder, field=value)` sets fields after the config was built
         self.embeddings = SinusoidalEncoderEmbeddings(config)
         self.encoder = SinusoidalEncoderStack(config)
         self.post_init()

@@ -94,8 +94,6 @@ def tokenize_and_pack(
     """
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise UsageError("The tokenizer needs a cls_token and a sep_token to pack documents into blocks.")
-    if max_seq_length < 8:
-        raise UsageError(f"--max_seq_length must be at least 8, got {max_seq_length}.")
     column = text_column(raw["train"], text_column_name)
     streaming = isinstance(raw["train"], datasets.IterableDataset)
     span = max_seq_length - 1
@@ -165,8 +163,6 @@ class KeyedMaskingCollator:
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int, epoch: int | str = 0):
-        if not 0.0 < mlm_probability < 1.0:
-            raise UsageError(f"--mlm_probability must be in (0, 1), got {mlm_probability}.")
         self.collator = DataCollatorForLanguageModeling(
             tokenizer=tokenizer, mlm=True, mlm_probability=mlm_probability, return_tensors="pt"
         )
