@@ -248,3 +248,14 @@ def test_every_flag_the_library_names_is_a_flag_of_one_of_its_commands():
                 if flag not in flags:
                     unknown.append(f"{file.relative_to(REPO)}:{number}: {flag}")
     assert not unknown, unknown
+
+
+def test_the_files_copied_into_hub_repositories_name_no_path_of_this_repository():
+    """modeling/sinusoidal_encoder/ is copied as-is next to the weights of every saved folder, where this repository's
+    files do not exist (docs/layout.md)."""
+    found = [
+        f"{file.name}:{line}: {path}"
+        for file in sorted((REPO / "modeling" / "sinusoidal_encoder").glob("*.py"))
+        for line, path in named_paths(file.read_text(encoding="utf-8"))
+    ]
+    assert not found, found

@@ -59,17 +59,6 @@ except ImportError:
 
 logger = logging.get_logger(__name__)
 
-# In-place kernels of the activations whose `ACT2FN` module calls exactly that kernel out of place (the others, such
-# as the Python-written "gelu_new" and "quick_gelu", always run out of place).
-_INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu_,
-    "gelu": torch.ops.aten.gelu_,
-    "gelu_pytorch_tanh": partial(torch.ops.aten.gelu_, approximate="tanh"),
-    "silu": partial(F.silu, inplace=True),
-    "swish": partial(F.silu, inplace=True),
-    "tanh": torch.tanh_,
-}
-
 
 def _require_one_of(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
     if (input_ids is None) == (inputs_embeds is None):
@@ -170,30 +159,6 @@ def _attention_function(attn_implementation: str | None) -> Callable:
     if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
         return ALL_ATTENTION_FUNCTIONS[attn_implementation]
     return eager_attention_forward
-
-
-def _bidirectional_mask(
-    config: SinusoidalEncoderConfig, attention_mask: torch.Tensor | None, like: torch.Tensor
-) -> torch.Tensor | None:
-    """The padding mask in the form the attention implementation takes: None when nothing is masked, `(B, T)` for
-    flash attention, `(B, 1, T, T)` booleans (True = attend) for sdpa, additive floats for eager. transformers'
-    `create_bidirectional_mask` where it exists; the same masks built here on older transformers."""
-    if create_bidirectional_mask is not None:
-        return create_bidirectional_mask(config=config, inputs_embeds=like, attention_mask=attention_mask)
-    if attention_mask is None or attention_mask.dim() == 4:
-        return attention_mask
-    keep = attention_mask.bool()  # (B, T)
-    if keep.all():
-        return None
-    if _is_flash(config._attn_implementation):
-        return keep
-    batch_size, seq_len = keep.shape
-    keep = keep[:, None, None, :].expand(batch_size, 1, seq_len, seq_len)  # (B, 1, T, T): every query, same keys
-    if config._attn_implementation == "eager":
-        return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
-            ~keep, torch.finfo(like.dtype).min
-        )
-    return keep
 
 
 def _restrict_to_window(
@@ -321,61 +286,6 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         return output.reshape(1, tokens, self.num_heads * self.head_dim)  # (1, N, d)
 
 
-def _uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
-    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn`, a
-    CUDA GPU that runs flash attention (compute capability 8.0 or newer), fp16 or bf16, a head size the kernel
-    takes, and no attention dropout (the kernel has none). Otherwise the packed path lays the sequences out as a
-    padded batch for sdpa, as before."""
-    return (
-        attn_implementation == "sdpa"
-        and varlen_attn is not None
-        and qkv.dtype in (torch.float16, torch.bfloat16)
-        and head_dim % 8 == 0
-        and head_dim <= 256
-        and dropout == 0.0
-        and _runs_flash_attention(qkv.device)
-    )
-
-
-def _runs_flash_attention(device: torch.device) -> bool:
-    """A CUDA device of compute capability 8.0 (Ampere) or newer: where torch's flash attention kernels run."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
-
-
-def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor) -> bool:
-    """Whether sdpa hands this call to the written-out attention instead: in bf16 on the CPU, with autograd, for
-    sequences of at most 128 tokens, where the backward of sdpa's CPU kernel costs more than the two matrix products
-    it replaces (docs/performance.md). The result is the same up to rounding; longer sequences, and inference, keep
-    the kernel, which is faster there and never builds the `T × T` scores."""
-    return (
-        attn_implementation == "sdpa"
-        and query.device.type == "cpu"
-        and query.dtype == torch.bfloat16
-        and query.requires_grad
-        and torch.is_grad_enabled()
-        and query.shape[-2] <= 128
-    )
-
-
-def _attends_per_sequence(device: torch.device) -> bool:
-    """Whether packed sequences get one attention call each (CPUs, where a call costs little) rather than one call
-    on a padded batch (GPUs and other devices, where many small calls cost more than the padding)."""
-    return device.type == "cpu"
-
-
-def _packed_to_padded(
-    packed: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed tokens `(N, ...)` with sequence boundaries `cu_seq_lens` `(B+1,)` laid out as a right-padded batch
-    `(B, max_length, ...)`, and which of its places hold tokens `(B, max_length)`."""
-    starts, lengths = cu_seq_lens[:-1].long(), (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()  # (B,), (B,)
-    offsets = torch.arange(max_length, device=packed.device)  # (L,)
-    keep = offsets < lengths.unsqueeze(-1)  # (B, L)
-    index = (starts.unsqueeze(-1) + offsets).masked_fill(~keep, 0)  # (B, L): row of each place in `packed`
-    padded = packed[index].masked_fill(~keep.view(*keep.shape, *([1] * (packed.dim() - 1))), 0)  # (B, L, ...)
-    return padded, keep
-
-
 class SinusoidalEncoderFeedForward(nn.Module):
     """FFN(x) = act(x W1 + b1) W2 + b2.
 
@@ -398,17 +308,6 @@ class SinusoidalEncoderFeedForward(nn.Module):
         else:
             hidden_states = self.act(hidden_states)
         return self.dense_out(hidden_states)
-
-
-def _add_residual(sublayer_output: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """`residual + sublayer_output`, added in place into the sub-layer output (a fresh tensor: the output of a
-    projection or of dropout) when it has the dtype of the sum. Same values, one activation-sized buffer fewer per
-    sub-layer, which matters on CPUs, where large buffers come back from the allocator as freshly mapped memory that
-    page-faults on first touch. Under autocast the projection is bf16 while the residual stream stays float32: the
-    sum is then made out of place, in float32, as without this function."""
-    if sublayer_output.dtype == residual.dtype:
-        return sublayer_output.add_(residual)
-    return residual + sublayer_output
 
 
 class SinusoidalEncoderLayer(GradientCheckpointingLayer):
@@ -1140,6 +1039,115 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
         return self._returned(output, return_dict)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fast paths and compatibility. Each gives the same results as the plain code it stands for (the tests hold them
+# to it) and pays on some machine: in-place activations and residual sums, the written-out attention in bf16 CPU
+# training, one attention call per packed sequence on CPUs, torch's varlen kernel on GPUs, and the padding masks of
+# transformers 4.x, which lacks `create_bidirectional_mask`.
+
+
+# In-place kernels of the activations whose `ACT2FN` module calls exactly that kernel out of place (the others, such
+# as the Python-written "gelu_new" and "quick_gelu", always run out of place).
+_INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu_,
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_pytorch_tanh": partial(torch.ops.aten.gelu_, approximate="tanh"),
+    "silu": partial(F.silu, inplace=True),
+    "swish": partial(F.silu, inplace=True),
+    "tanh": torch.tanh_,
+}
+
+
+def _bidirectional_mask(
+    config: SinusoidalEncoderConfig, attention_mask: torch.Tensor | None, like: torch.Tensor
+) -> torch.Tensor | None:
+    """The padding mask in the form the attention implementation takes: None when nothing is masked, `(B, T)` for
+    flash attention, `(B, 1, T, T)` booleans (True = attend) for sdpa, additive floats for eager. transformers'
+    `create_bidirectional_mask` where it exists; the same masks built here on older transformers."""
+    if create_bidirectional_mask is not None:
+        return create_bidirectional_mask(config=config, inputs_embeds=like, attention_mask=attention_mask)
+    if attention_mask is None or attention_mask.dim() == 4:
+        return attention_mask
+    keep = attention_mask.bool()  # (B, T)
+    if keep.all():
+        return None
+    if _is_flash(config._attn_implementation):
+        return keep
+    batch_size, seq_len = keep.shape
+    keep = keep[:, None, None, :].expand(batch_size, 1, seq_len, seq_len)  # (B, 1, T, T): every query, same keys
+    if config._attn_implementation == "eager":
+        return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
+            ~keep, torch.finfo(like.dtype).min
+        )
+    return keep
+
+
+def _uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
+    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn`, a
+    CUDA GPU that runs flash attention (compute capability 8.0 or newer), fp16 or bf16, a head size the kernel
+    takes, and no attention dropout (the kernel has none). Otherwise the packed path lays the sequences out as a
+    padded batch for sdpa, as before."""
+    return (
+        attn_implementation == "sdpa"
+        and varlen_attn is not None
+        and qkv.dtype in (torch.float16, torch.bfloat16)
+        and head_dim % 8 == 0
+        and head_dim <= 256
+        and dropout == 0.0
+        and _runs_flash_attention(qkv.device)
+    )
+
+
+def _runs_flash_attention(device: torch.device) -> bool:
+    """A CUDA device of compute capability 8.0 (Ampere) or newer: where torch's flash attention kernels run."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor) -> bool:
+    """Whether sdpa hands this call to the written-out attention instead: in bf16 on the CPU, with autograd, for
+    sequences of at most 128 tokens, where the backward of sdpa's CPU kernel costs more than the two matrix products
+    it replaces. The result is the same up to rounding; longer sequences, and inference, keep
+    the kernel, which is faster there and never builds the `T × T` scores."""
+    return (
+        attn_implementation == "sdpa"
+        and query.device.type == "cpu"
+        and query.dtype == torch.bfloat16
+        and query.requires_grad
+        and torch.is_grad_enabled()
+        and query.shape[-2] <= 128
+    )
+
+
+def _attends_per_sequence(device: torch.device) -> bool:
+    """Whether packed sequences get one attention call each (CPUs, where a call costs little) rather than one call
+    on a padded batch (GPUs and other devices, where many small calls cost more than the padding)."""
+    return device.type == "cpu"
+
+
+def _packed_to_padded(
+    packed: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed tokens `(N, ...)` with sequence boundaries `cu_seq_lens` `(B+1,)` laid out as a right-padded batch
+    `(B, max_length, ...)`, and which of its places hold tokens `(B, max_length)`."""
+    starts, lengths = cu_seq_lens[:-1].long(), (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()  # (B,), (B,)
+    offsets = torch.arange(max_length, device=packed.device)  # (L,)
+    keep = offsets < lengths.unsqueeze(-1)  # (B, L)
+    index = (starts.unsqueeze(-1) + offsets).masked_fill(~keep, 0)  # (B, L): row of each place in `packed`
+    padded = packed[index].masked_fill(~keep.view(*keep.shape, *([1] * (packed.dim() - 1))), 0)  # (B, L, ...)
+    return padded, keep
+
+
+def _add_residual(sublayer_output: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """`residual + sublayer_output`, added in place into the sub-layer output (a fresh tensor: the output of a
+    projection or of dropout) when it has the dtype of the sum. Same values, one activation-sized buffer fewer per
+    sub-layer, which matters on CPUs, where large buffers come back from the allocator as freshly mapped memory that
+    page-faults on first touch. Under autocast the projection is bf16 while the residual stream stays float32: the
+    sum is then made out of place, in float32, as without this function."""
+    if sublayer_output.dtype == residual.dtype:
+        return sublayer_output.add_(residual)
+    return residual + sublayer_output
 
 
 __all__ = [
