@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import padded_batch, random_ids, tiny_config
@@ -81,3 +82,61 @@ def test_packed_tokens_reach_a_registered_function_with_the_callers_kwargs(recor
         model.encoder(embedded, None, engine_metadata=1, **lengths)
     assert [call["shape"][2] for call in recording] == [4, 5] * model.config.num_hidden_layers  # (1, nh, L, hs)
     assert all(call["engine_metadata"] == 1 for call in recording)
+
+
+@pytest.mark.slow
+def test_an_onnx_export_answers_as_text_embeddings_inference_reads_it(tmp_path, tokenizer):
+    """TEI's CPU image runs ONNX Runtime (backends/ort): it loads `model.onnx` or else `onnx/model.onnx`, feeds the
+    graph's `input_ids` and `attention_mask` as int64 (right padding with config.json's `pad_token_id`; position ids
+    only to a graph that declares them), reads `last_hidden_state` (or `token_embeddings`) as float32, and pools it
+    as the folder's `1_Pooling/config.json` says (mean: the masked sum over the real tokens divided by their count).
+    `export_onnx FOLDER --task feature-extraction --output FOLDER/onnx/` writes that graph for a masked-LM folder
+    (whose own export, fill-mask, outputs logits); the result equals the package's own mean-pooled embeddings."""
+    ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the `integrations` extra)")
+    pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
+    from sinusoidal_encoder_training.configs import OnnxExportConfig
+    from sinusoidal_encoder_training.export import write_sentence_transformers_files
+    from sinusoidal_encoder_training.onnx_export import run
+
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, max_position_embeddings=16)
+    model = se.SinusoidalEncoderForMaskedLM(config).eval()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    write_sentence_transformers_files(str(folder), model.config)
+    run(
+        OnnxExportConfig(
+            model=str(folder), task="feature-extraction", output=str(folder / "onnx") + "/", no_check=True
+        )
+    )
+    assert not (folder / "model.onnx").exists() and (folder / "onnx" / "model.onnx").exists()  # TEI's second place
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_mean_tokens"] and not pooling["pooling_mode_cls_token"]
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["architectures"] == ["SinusoidalEncoderForMaskedLM"]  # not a classifier: TEI serves embeddings
+
+    texts = ["Return a new list.", "Open the file for reading and return its contents, line by line, as text."]
+    rows = [tokenizer(text)["input_ids"] for text in texts]
+    width = max(map(len, rows))  # right padding with the config's pad token, as TEI pads
+    input_ids = np.array([row + [saved["pad_token_id"]] * (width - len(row)) for row in rows], dtype=np.int64)
+    attention_mask = np.array([[1] * len(row) + [0] * (width - len(row)) for row in rows], dtype=np.int64)
+    session = ort.InferenceSession(str(folder / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert {i.name for i in session.get_inputs()} == {"input_ids", "attention_mask"}  # no position or type ids
+    outputs = dict(
+        zip(
+            [o.name for o in session.get_outputs()],
+            session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask}),
+            strict=True,
+        )
+    )
+    hidden = outputs["last_hidden_state"]
+    assert hidden.dtype == np.float32
+    lengths = attention_mask.sum(1, keepdims=True).astype(np.float32)
+    tei = (hidden * attention_mask[..., None]).sum(1) / lengths  # TEI's mean pooling with right padding
+
+    encoder = se.SinusoidalEncoderModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        ours = encoder(torch.tensor(input_ids), attention_mask=torch.tensor(attention_mask)).last_hidden_state
+    mask = torch.tensor(attention_mask, dtype=torch.float32)[..., None]
+    expected = ((ours * mask).sum(1) / mask.sum(1)).numpy()
+    np.testing.assert_allclose(tei, expected, atol=1e-4, rtol=1e-4)
