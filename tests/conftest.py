@@ -88,6 +88,16 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
 
 
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, tokenizer):
+    """A tiny masked-LM folder with the shipped tokenizer, as pretrain.py would leave it."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 def write_text_corpus(folder: Path, n_train: int = 40, n_validation: int = 12) -> tuple[Path, Path]:
     """Small train/validation .txt files of real text (Python documentation topics, one per line)."""
     from pydoc_data.topics import topics

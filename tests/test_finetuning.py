@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import tiny_config
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
@@ -28,16 +27,6 @@ from sinusoidal_encoder_training.metrics import (
 )
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory, tokenizer):
-    """A tiny masked-LM folder with the shipped tokenizer, as pretrain.py would leave it."""
-    folder = tmp_path_factory.mktemp("pretrained")
-    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def run_finetune(**settings) -> dict:

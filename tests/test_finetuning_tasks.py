@@ -12,24 +12,14 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, tiny_config
+from conftest import REPO
 from transformers import AutoModelForMultipleChoice, AutoModelForQuestionAnswering
 
-import sinusoidal_encoder as se
 from sinusoidal_encoder_training import finetuning, multiple_choice, question_answering
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.metrics import squad_scores
 
 EXAMPLES = REPO / "docs" / "examples"
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory, tokenizer):
-    folder = tmp_path_factory.mktemp("pretrained")
-    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def squad_rows(name: str) -> list[dict]:
