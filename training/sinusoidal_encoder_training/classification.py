@@ -16,7 +16,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed, text_column
-from sinusoidal_encoder_training.finetuning import Prepared, model_inputs
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, model_inputs
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
@@ -180,7 +180,7 @@ def check_head(config: FinetuningConfig, model_config: Any, num_labels: int) -> 
 class ClassificationTask(TrainingTask):
     """Sequence classification (single-label, multi-label, regression) or token classification."""
 
-    name = "fine-tuning"
+    name = STAGE
 
     def __init__(self, seed: int, problem: str, label_names: list[str] | None, generator: torch.Generator):
         self.problem = problem

@@ -57,7 +57,7 @@ BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_b
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
 
 
-TrainingTask_NAME = "fine-tuning"  # the name of the stage in the run folder and the trackers
+STAGE = "fine-tuning"  # the stage's name: in the run folder's settings and the trackers (the tasks' `name`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +167,7 @@ def finetune(
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
-    claim_output_folder(accelerator, config, TrainingTask_NAME)  # before the data: the folder, a resume
+    claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     recipe = importlib.import_module(f"sinusoidal_encoder_training.{TASKS[config.task].recipe}")

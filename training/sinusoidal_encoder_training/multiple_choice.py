@@ -17,7 +17,7 @@ from transformers import DataCollatorForMultipleChoice
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed
-from sinusoidal_encoder_training.finetuning import Prepared, model_inputs
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, model_inputs
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 
 CONTEXT, START = "sent1", "sent2"
@@ -74,7 +74,7 @@ def encode(raw: datasets.DatasetDict, tokenizer, max_length: int, endings: list[
 class MultipleChoiceTask(TrainingTask):
     """Multiple choice: one loss unit per row; accuracy over the evaluation split."""
 
-    name = "fine-tuning"
+    name = STAGE
 
     def __init__(self, seed: int, generator: torch.Generator):
         self.seed = seed

@@ -19,7 +19,7 @@ from transformers import DataCollatorWithPadding
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed
-from sinusoidal_encoder_training.finetuning import Prepared
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import squad_scores
 
@@ -107,7 +107,7 @@ class QuestionAnsweringTask(TrainingTask):
     """Extractive question answering: one loss unit per window (the mean of its start and end cross-entropies);
     evaluation scores each question's best span with SQuAD's exact match and F1."""
 
-    name = "fine-tuning"
+    name = STAGE
 
     def __init__(self, seed: int, generator: torch.Generator, windows: datasets.Dataset, rows: datasets.Dataset):
         self.seed = seed
