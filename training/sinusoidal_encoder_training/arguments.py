@@ -1,7 +1,8 @@
-"""Run configurations and the command lines made from them: each setting is a field of a frozen dataclass, with its
-default and help text (`field(default=..., metadata={"help": ...})`), checked in `__post_init__`; transformers'
-`HfArgumentParser` turns the fields into flags (`parse_config`). Here: the settings shared by pretraining and
-fine-tuning (optimisation, compilation, output, evaluation, checkpoints, tracking, Hub)."""
+"""What run configurations are built from, and the command lines made of them: each setting is a field of a frozen
+dataclass (`FlagConfig`), with its default and help text (`field(default=..., metadata={"help": ...})`), checked in
+`__post_init__`; `ConfigParser` turns the fields into flags with argparse alone (`parse_config`). Here too: the checks
+several settings share (a model or dataset name, a positive count, config overrides). The configurations themselves
+are in `configs`. Importing this module imports no heavy library."""
 
 from __future__ import annotations
 

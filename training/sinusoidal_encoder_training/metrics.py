@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import string
 from collections import Counter
 from collections.abc import Sequence
 
@@ -113,13 +115,13 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return {"precision": precision, "recall": recall, "f1": f1, "accuracy": correct / max(words, 1)}
 
 
+PUNCTUATION = frozenset(string.punctuation)
+
+
 def normalize_answer(text: str) -> str:
     """SQuAD's normalisation of an answer before comparing: lower case, no punctuation, no articles (a, an, the),
     single spaces."""
-    import re
-    import string
-
-    text = "".join(character for character in text.lower() if character not in set(string.punctuation))
+    text = "".join(character for character in text.lower() if character not in PUNCTUATION)
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
