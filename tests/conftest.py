@@ -191,14 +191,15 @@ def assert_same_training(a: list[dict], b: list[dict]) -> None:
 
 def run_command(main, program: str, argv, monkeypatch, capsys) -> tuple[int, str, str]:
     """`training/PROGRAM ARGV` in-process: the command's `main` behind the command-line front
-    (`command_line.command`). Returns (exit status, stdout, stderr)."""
-    from sinusoidal_encoder_training.command_line import command
+    (`command_line.front`). Returns (exit status, stdout, stderr)."""
+    from sinusoidal_encoder_training.command_line import front
 
     monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", [program, *map(str, argv)])
     capsys.readouterr()  # what came before
     try:
-        command(main)()
+        with front():
+            main()
         status = 0
     except SystemExit as stopped:
         status = stopped.code

@@ -23,7 +23,7 @@ from conftest import REPO, TINY, env, write_text_corpus
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from sinusoidal_encoder_training.command_line import EXTRA_OF_MODULE, UsageError, command, require_extra
+from sinusoidal_encoder_training.command_line import EXTRA_OF_MODULE, UsageError, front, require_extra
 
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "model_card.md")
 SOURCE_DIRS = ("modeling", "training", "tokenizer_config")
@@ -190,13 +190,16 @@ def test_wheel_carries_the_tokenizer_and_the_card_template(wheel):
         "sinusoidal_encoder/modeling_sinusoidal_encoder.py",
         "sinusoidal_encoder_training/pretraining.py",
     } <= names
-    # every console script names a function of the wheel's `console` module, which imports the stage's module
+    # every console script names a command of the wheel's `console` module, whose stage module the wheel holds
     scripts, metadata = wheel_metadata(wheel)
     assert len(scripts) == 7
     for _, target in scripts.items():
         module, function = target.split(":")
         assert module == "sinusoidal_encoder_training.console", target
-        assert f"def {function}() -> None:" in archive.read(module.replace(".", "/") + ".py").decode(), target
+        stage = re.search(
+            rf'^{function} = Command\("(\w+)"', archive.read("sinusoidal_encoder_training/console.py").decode(), re.M
+        )
+        assert stage and f"sinusoidal_encoder_training/{stage[1]}.py" in names, target
     extras = extra_requirements(metadata)
     assert {"training", "onnx", "integrations", "all"} <= set(extras)
     assert extras["all"] == set().union(*extras.values())  # everything a user needs
@@ -226,7 +229,8 @@ def test_a_missing_module_of_an_extra_is_one_line_naming_the_extra(monkeypatch, 
 
     monkeypatch.setattr(sys, "argv", ["sinusoidal-encoder-export-onnx"])
     with pytest.raises(SystemExit) as stopped:
-        command(main)()
+        with front():
+            main()
     assert stopped.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(
@@ -239,7 +243,8 @@ def test_a_missing_module_of_an_extra_is_one_line_naming_the_extra(monkeypatch, 
         raise ModuleNotFoundError("No module named 'not_of_an_extra'", name="not_of_an_extra")
 
     with pytest.raises(ModuleNotFoundError):  # not an extra's: a bug, with its traceback
-        command(elsewhere)()
+        with front():
+            elsewhere()
 
 
 def run_script(python: Path, script: str, argv: list[str], hidden=None, cwd: Path | None = None):

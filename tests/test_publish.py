@@ -118,7 +118,8 @@ def test_a_bad_hub_id_is_one_line_before_any_work(tmp_path, request, monkeypatch
     monkeypatch.setattr(sys, "argv", [f"{command}.py", *args])
     capsys.readouterr()  # what making the folder printed
     with pytest.raises(SystemExit) as stopped:
-        command_line.command(main)()
+        with command_line.front():
+            main()
     captured = capsys.readouterr()
     assert stopped.value.code == 2 and len(captured.err.strip().splitlines()) == 1, captured.err
     assert captured.err.startswith(f"{command}.py: error: --hub_model_id {bad_id!r} is not a Hub model id: ")

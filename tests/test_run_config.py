@@ -294,10 +294,10 @@ def test_epochs_give_max_train_steps_in_the_result_and_leave_the_config_alone(tm
 
 
 def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(monkeypatch, capsys):
-    """`command(main)`: a UsageError ends with one `prog: error:` line and status 2; any other exception, and a
+    """`front()`: a UsageError ends with one `prog: error:` line and status 2; any other exception, and a
     UsageError under SINUSOIDAL_ENCODER_DEBUG=1, propagates with its traceback; a UsageError is a ValueError for
     code that calls the library."""
-    from sinusoidal_encoder_training.command_line import UsageError, command
+    from sinusoidal_encoder_training.command_line import UsageError, front
 
     def bad_input():
         raise UsageError("--learning_rate must be positive, got -1.0.")
@@ -308,14 +308,17 @@ def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(mo
     monkeypatch.setattr(sys, "argv", ["/somewhere/pretrain.py", "--learning_rate", "-1"])
     monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
     with pytest.raises(SystemExit) as stopped:
-        command(bad_input)()
+        with front():
+            bad_input()
     assert stopped.value.code == 2
     assert capsys.readouterr().err == "pretrain.py: error: --learning_rate must be positive, got -1.0.\n"
     with pytest.raises(ZeroDivisionError):
-        command(broken)()
+        with front():
+            broken()
     monkeypatch.setenv("SINUSOIDAL_ENCODER_DEBUG", "1")
     with pytest.raises(UsageError):
-        command(bad_input)()
+        with front():
+            bad_input()
     assert issubclass(UsageError, ValueError)
 
 
@@ -433,7 +436,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize(("command", "argv", "message"), BAD_INPUT)
 def test_bad_input_to_any_command_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, command, argv, message):
-    from sinusoidal_encoder_training import command_line
+    from sinusoidal_encoder_training import console
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
@@ -441,7 +444,7 @@ def test_bad_input_to_any_command_is_one_line_before_any_work(tmp_path, monkeypa
     argv = [str(tmp_path / "out") if arg == "OUT" else arg for arg in argv]
     monkeypatch.setattr(sys, "argv", [f"{command}.py", *argv])
     with pytest.raises(SystemExit) as stopped:
-        command_line.command(COMMANDS[command])()
+        getattr(console, command)()  # the console script itself
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"{command}.py: error: ") and message in err, err

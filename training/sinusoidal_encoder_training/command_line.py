@@ -7,20 +7,21 @@ resumes (`Interrupted`, raised by the training loop); SIGTERM during training th
 (`Terminated`). A module of an extra that is not installed (`datasets`
 without the `training` extra) is an anticipated error too: one line naming the extra and the pip command that adds
 it (`require_extra`, `missing_extra`; the console scripts catch it when the stage's module is imported,
-`run_stage`)."""
+`Command`)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import NoReturn
 from urllib.parse import unquote, urlparse
 
 DEBUG_VARIABLE = "SINUSOIDAL_ENCODER_DEBUG"
@@ -182,41 +183,42 @@ def _fail(message: str, status: int) -> NoReturn:
     raise SystemExit(status) from None
 
 
-def command(main: Callable[[], Any]) -> Callable[[], None]:
-    """`main` (which reads `sys.argv`) as a console script behind the front: what `[project.scripts]`, the
-    `training/*.py` wrappers and `python -m` call."""
-
-    def entry() -> None:
-        try:
-            main()
-        except UsageError as error:
-            if debugging():
-                raise
-            _fail(f"error: {error}", 2)
-        except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
-            usage = missing_extra(error)
-            if usage is None or debugging():
-                raise
-            _fail(f"error: {usage}", 2)
-        except KeyboardInterrupt as interruption:
-            if debugging():
-                raise
-            _fail(f"{interruption or 'interrupted.'}", getattr(interruption, "status", 130))
-
-    entry.__doc__ = main.__doc__
-    return entry
+@contextlib.contextmanager
+def front() -> Iterator[None]:
+    """The command-line front around a command's work: an anticipated error (a `UsageError`, a module of an extra
+    that is not installed, Ctrl-C or SIGTERM during training) ends the program with one line and its status; any
+    other exception keeps its traceback."""
+    try:
+        yield
+    except UsageError as error:
+        if debugging():
+            raise
+        _fail(f"error: {error}", 2)
+    except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
+        usage = missing_extra(error)
+        if usage is None or debugging():
+            raise
+        _fail(f"error: {usage}", 2)
+    except KeyboardInterrupt as interruption:
+        if debugging():
+            raise
+        _fail(f"{interruption or 'interrupted.'}", getattr(interruption, "status", 130))
 
 
-def run_stage(module: str, config_class: type | None = None) -> None:
-    """A console script (`console.py`): the flags parsed into `config_class` (`--help`, and a bad value's one line,
-    before any library that does the work is imported), then `sinusoidal_encoder_training.MODULE` imported and its
-    `run(config)` called, behind the front (`command`); a stage without a configuration class runs its own `main`.
-    A stage whose imports need an extra that is not installed ends with the one line of `missing_extra`."""
-    from sinusoidal_encoder_training.arguments import parse_config
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A console script (`console.py`): calling it parses the flags (`argv`, `sys.argv[1:]` by default) into
+    `config_class` (`--help`, and a bad value's one line, come before any library that does the work is imported),
+    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front. A stage without
+    a configuration class parses its own flags: its `main(argv)` is called."""
 
-    def main() -> None:
-        config = parse_config(config_class) if config_class is not None else None
-        stage = importlib.import_module(f"sinusoidal_encoder_training.{module}")
-        stage.main() if config is None else stage.run(config)
+    module: str
+    config_class: type | None = None
 
-    command(main)()
+    def __call__(self, argv: list[str] | None = None) -> None:
+        from sinusoidal_encoder_training.arguments import parse_config
+
+        with front():
+            config = None if self.config_class is None else parse_config(self.config_class, argv)
+            stage = importlib.import_module(f"sinusoidal_encoder_training.{self.module}")
+            stage.main(argv) if config is None else stage.run(config)

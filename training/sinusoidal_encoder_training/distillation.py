@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, check_local_files, command, loading
+from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading
 from sinusoidal_encoder_training.configs import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
 
 # Hub id -> (module of the PyPI package that installs a copy of its files, SHA-256 of those files at Hub revision
@@ -432,4 +432,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()

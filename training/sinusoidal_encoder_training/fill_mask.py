@@ -8,7 +8,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command, loading
+from sinusoidal_encoder_training.command_line import UsageError, front, loading
 from sinusoidal_encoder_training.configs import FillMaskConfig
 from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.tasks import EXPORTED, task_of_architecture
@@ -76,4 +76,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()

@@ -34,7 +34,7 @@ from sinusoidal_encoder_training.arguments import (
 from sinusoidal_encoder_training.command_line import (
     UsageError,
     check_local_files,
-    command,
+    front,
     loading,
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
@@ -272,4 +272,5 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()

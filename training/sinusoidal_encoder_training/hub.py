@@ -20,7 +20,7 @@ import json
 import os
 import re
 
-from sinusoidal_encoder_training.command_line import UsageError, command
+from sinusoidal_encoder_training.command_line import UsageError, front
 
 REQUIRED = ("config.json", "README.md")
 CARD = "README.md"
@@ -289,7 +289,6 @@ def main(argv: list[str] | None = None, api=None) -> str | None:
     return str(result)
 
 
-cli = command(main)  # the console script: main behind the command-line front (`command_line.py`)
-
 if __name__ == "__main__":
-    cli()
+    with front():
+        main()

@@ -19,7 +19,7 @@ from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, command, loading, require_extra
+from sinusoidal_encoder_training.command_line import UsageError, front, loading, require_extra
 from sinusoidal_encoder_training.configs import OnnxExportConfig
 from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, task_of_architecture
 
@@ -196,4 +196,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()

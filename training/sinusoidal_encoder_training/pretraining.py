@@ -19,7 +19,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
 from sinusoidal_encoder_training.arguments import apply_overrides, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, check_local_files, command, loading
+from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading
 from sinusoidal_encoder_training.configs import MODEL_SIZES, PretrainingConfig
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
@@ -321,4 +321,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import command
+from sinusoidal_encoder_training.command_line import front
 from sinusoidal_encoder_training.configs import SPECIAL_TOKENS, TokenizerTrainingConfig
 from sinusoidal_encoder_training.data import (
     iterate_texts,
@@ -133,4 +133,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    command(main)()
+    with front():
+        main()
