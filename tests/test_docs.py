@@ -16,6 +16,11 @@ with the reason: `<!-- not run: needs a GPU -->`. Every other Python or shell bl
   `MPLBACKEND=Agg`, a code cache of its page (`HF_MODULES_CACHE`), and a PATH that starts with this interpreter's
   folder (`python` is the virtual environment's; the console scripts are found).
 
+A block for a program that pins other libraries than the package's (Infinity and Optimum pin transformers 4.x)
+names the environment it runs in on the line before its fence, a folder of the checkout that a setup script makes:
+`<!-- runs in: .venv-serving -->` (scripts/setup_serving.sh). It runs like the others, but with that environment's
+interpreter, and its `bin/` first on PATH; without that environment the page's test skips at the block.
+
 Other languages (`text`, `yaml`, `json`, `toml`, ...) are shown, not run; but every fence names its language.
 """
 
@@ -44,6 +49,7 @@ BLOCK_TIMEOUT_S = 900
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*?)[ \t]*$")
 MARKER = re.compile(r"^[ \t]*<!--[ \t]*not run:(?P<reason>.*?)-->[ \t]*$")
 MARKER_LIKE = re.compile(r"<!--\s*not[\s_-]*run", re.IGNORECASE)
+RUNS_IN = re.compile(r"^[ \t]*<!--[ \t]*runs in:[ \t]*(?P<environment>\S+)[ \t]*-->[ \t]*$")
 
 
 @dataclasses.dataclass
@@ -54,6 +60,7 @@ class Block:
     code: str
     marker: str | None  # the line before the fence, if it is a marker (see `skip_reason`)
     closed: bool = True  # False: the fence is left open (to the end of the page)
+    environment: str | None = None  # `<!-- runs in: FOLDER -->`: the environment's folder, from the repository root
 
     @property
     def skip_reason(self) -> str | None:
@@ -91,6 +98,8 @@ def fenced_blocks(path: Path, root: Path = REPO) -> list[Block]:
         language = info.lstrip("{ .").split()[0].rstrip("}").lower() if info.strip("{} .") else ""
         before = lines[index - 1] if index > 0 else ""
         block = Block(page, index + 1, language, "", before if MARKER_LIKE.search(before) else None)
+        if runs_in := RUNS_IN.match(before):
+            block.environment = runs_in["environment"]
         body, index = [], index + 1
         while index < len(lines):
             closing = FENCE.match(lines[index])
@@ -138,10 +147,14 @@ def block_environment(work: Path, modules_cache: Path) -> dict[str, str]:
 
 
 def run_block(block: Block, work: Path, environment: dict[str, str]) -> subprocess.CompletedProcess:
+    python = Path(sys.executable)
+    if block.environment is not None:  # its own interpreter, and its programs first on PATH
+        python = REPO / block.environment / "bin" / "python"
+        environment = {**environment, "PATH": os.pathsep.join([str(python.parent), environment["PATH"]])}
     if block.language in PYTHON_LANGUAGES:
         script = work.parent / f"block_{block.line}.py"
         script.write_text(block.code, encoding="utf-8")
-        command, cwd = [sys.executable, str(script)], work
+        command, cwd = [str(python), str(script)], work
     else:
         code = console_commands(block.code) if block.language in CONSOLE_LANGUAGES else block.code
         script = work.parent / f"block_{block.line}.sh"
@@ -158,7 +171,7 @@ def run_block(block: Block, work: Path, environment: dict[str, str]) -> subproce
     )
 
 
-NOT_LINKED = {".git", ".venv", ".venv-tf4", "outputs", "site", "build", "dist"}  # environments and what runs write
+NOT_LINKED = {".git", ".venv", ".venv-tf4", ".venv-serving", "outputs", "site", "build", "dist"}  # environments and what runs write
 
 
 def stand_in_for_the_repository(work: Path) -> None:
@@ -229,13 +242,14 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page():
 
 def test_the_block_reader(tmp_path):
     """`fenced_blocks` on a page of every case: languages, an indented fence, a longer fence holding a shorter one,
-    markers, console prompts, a fence left open."""
+    markers, console prompts, an environment named, a fence left open."""
     page = tmp_path / "page.md"
     page.write_text(
         "Text.\n\n```python\nprint(1)\n```\n\n<!-- not run: needs a GPU -->\n```bash\nnvidia-smi\n```\n\n"
         '!!! note\n    ```py title="x.py"\n    x = 1\n        y = 2\n    ```\n\n'
         "````text\n```python\nnot a block\n```\n````\n\n<!-- not run: -->\n```sh\nexit 1\n```\n"
-        "```console\n$ echo a \\\n  b\na b\n$ true\n```\n\n```\nno language, left open\n",
+        "```console\n$ echo a \\\n  b\na b\n$ true\n```\n\n<!-- runs in: .venv-x -->\n```python\nimport x\n```\n\n"
+        "```\nno language, left open\n",
         encoding="utf-8",
     )
     blocks = fenced_blocks(page, root=tmp_path)
@@ -246,8 +260,10 @@ def test_the_block_reader(tmp_path):
         (18, "text", False, None, True),
         (25, "sh", False, "", True),
         (28, "console", True, None, True),
-        (35, "", False, None, False),
+        (36, "python", True, None, True),
+        (40, "", False, None, False),
     ]
+    assert [block.environment for block in blocks] == [None] * 6 + [".venv-x", None]
     assert blocks[2].code == "x = 1\n    y = 2\n"
     assert blocks[3].code == "```python\nnot a block\n```\n"
     assert console_commands(blocks[5].code) == "echo a \\\n  b\ntrue\n"
@@ -331,6 +347,8 @@ def test_code_blocks_run(page, tmp_path):
     for block in fenced_blocks(REPO / page):
         if not block.runs:
             continue
+        if block.environment is not None and not (REPO / block.environment / "bin" / "python").exists():
+            pytest.skip(f"{block.where()} runs in {block.environment}, which is not here (see its setup script)")
         proc = run_block(block, work, environment)
         if proc.returncode != 0:
             shown = "".join(f"    {line}\n" for line in block.code.splitlines())

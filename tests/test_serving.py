@@ -1,0 +1,162 @@
+"""The serving engines that install from the package registry, run on folders the package wrote: Infinity's server
+(`infinity_emb v2`, its torch engine: sentence-transformers for embeddings, transformers' text-classification
+pipeline for a classifier) answers `/embeddings` and `/classify` on loopback, and Optimum's ONNX Runtime classes
+(`ORTModelForFeatureExtraction`, `ORTModelForSequenceClassification`) load the ONNX exports; both answers equal the
+package's own outputs within float tolerance. Both engines pin transformers 4.x, so they run in their own
+environment, which scripts/test.sh builds (.venv-serving, scripts/setup_serving.sh); without it the tests skip.
+docs/serving.md shows the same commands, run in the suite by tests/test_docs.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, tiny_config
+
+import sinusoidal_encoder as se
+
+SERVING = Path(os.environ.get("SINUSOIDAL_SERVING_VENV", REPO / ".venv-serving"))
+TEXTS = ["Return a new list.", "Open the file for reading and return its contents, line by line, as text."]
+LABELS = {0: "negative", 1: "positive"}
+STARTUP_S = 180
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (SERVING / "bin" / "python").exists(),
+        reason=f"no serving environment at {SERVING} (scripts/setup_serving.sh builds it; scripts/test.sh runs it)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tokenizer) -> dict[str, Path]:
+    """An encoder folder (masked LM, sentence-transformers files, the feature-extraction ONNX export in onnx/) and a
+    text classifier (its ONNX export beside the weights), written as the package's exports write them."""
+    pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
+    from sinusoidal_encoder_training.configs import OnnxExportConfig
+    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+    from sinusoidal_encoder_training.onnx_export import run
+
+    root = tmp_path_factory.mktemp("served")
+    shared = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    models = {
+        "encoder": se.SinusoidalEncoderForMaskedLM(tiny_config(**shared)),
+        "classifier": se.SinusoidalEncoderForSequenceClassification(
+            tiny_config(**shared, num_labels=2, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
+        ),
+    }
+    for name, model in models.items():
+        model.eval().save_pretrained(root / name)
+        save_tokenizer(tokenizer, str(root / name))
+    write_sentence_transformers_files(str(root / "encoder"), models["encoder"].config)
+    exports = {"encoder": ("feature-extraction", str(root / "encoder" / "onnx") + "/"), "classifier": (None, None)}
+    for name, (task, output) in exports.items():
+        run(OnnxExportConfig(model=str(root / name), task=task, output=output, no_check=True))
+    return {name: root / name for name in models}
+
+
+def package_outputs(folder: Path, tokenizer, texts=TEXTS) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The batch (right-padded), the package's mean-pooled embeddings of `folder`, and its classifier's logits."""
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    encoder = se.SinusoidalEncoderModel.from_pretrained(folder / "encoder").eval()
+    classifier = se.SinusoidalEncoderForSequenceClassification.from_pretrained(folder / "classifier").eval()
+    with torch.no_grad():
+        hidden = encoder(**batch).last_hidden_state
+        logits = classifier(**batch).logits
+    mask = batch["attention_mask"][..., None].float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return batch, pooled.numpy(), logits.numpy()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def post(port: int, route: str, payload: dict) -> dict:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{route}",
+        data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def wait_until_healthy(server: subprocess.Popen, port: int, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"Infinity exited with status {server.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"Infinity did not answer /health within {STARTUP_S} s:\n{log.read_text()[-4000:]}")
+
+
+def test_infinity_serves_the_embeddings_and_the_classes_the_package_computes(folders, tokenizer, tmp_path):
+    port, log = free_port(), tmp_path / "infinity.log"
+    command = [str(SERVING / "bin" / "infinity_emb"), "v2", "--engine", "torch", "--device", "cpu"]
+    for name in ("encoder", "classifier"):
+        command += ["--model-id", str(folders[name]), "--served-model-name", name]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--no-model-warmup"]
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
+    with open(log, "w") as output:
+        server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
+    try:
+        wait_until_healthy(server, port, log)
+        embedded = post(port, "/embeddings", {"model": "encoder", "input": TEXTS})
+        classified = post(port, "/classify", {"model": "classifier", "input": TEXTS})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    _, pooled, logits = package_outputs(folders["encoder"].parent, tokenizer)
+    served = np.array([row["embedding"] for row in sorted(embedded["data"], key=lambda row: row["index"])])
+    expected = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)  # Infinity returns unit vectors
+    np.testing.assert_allclose(served, expected, atol=1e-5, rtol=1e-4)
+    probabilities = torch.softmax(torch.tensor(logits), dim=-1).numpy()
+    for row, answer in zip(probabilities, classified["data"], strict=True):
+        scores = {entry["label"]: entry["score"] for entry in answer}  # the config's id2label names the classes
+        np.testing.assert_allclose([scores[LABELS[i]] for i in range(len(LABELS))], row, atol=1e-5, rtol=1e-4)
+
+
+def test_optimum_loads_the_onnx_exports_with_the_packages_outputs(folders, tokenizer, tmp_path):
+    batch, _, logits = package_outputs(folders["encoder"].parent, tokenizer)
+    request, answer = tmp_path / "request.json", tmp_path / "answer.json"
+    request.write_text(
+        json.dumps(
+            {
+                "encoder": str(folders["encoder"]),
+                "classifier": str(folders["classifier"]),
+                **{name: batch[name].tolist() for name in ("input_ids", "attention_mask")},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [str(SERVING / "bin" / "python"), str(REPO / "tests" / "serving_check.py"), str(request), str(answer)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(answer.read_text())
+    assert result["classes"] == ["ORTModelForFeatureExtraction", "ORTModelForSequenceClassification"]
+    encoder = se.SinusoidalEncoderModel.from_pretrained(folders["encoder"]).eval()
+    with torch.no_grad():
+        hidden = encoder(**batch).last_hidden_state.numpy()
+    real = batch["attention_mask"].numpy().astype(bool)  # padded positions carry no meaning in either
+    np.testing.assert_allclose(np.array(result["last_hidden_state"])[real], hidden[real], atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(np.array(result["logits"]), logits, atol=1e-5, rtol=1e-4)
