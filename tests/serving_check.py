@@ -1,34 +1,30 @@
 """Run by tests/test_serving.py in .venv-serving (Optimum pins transformers 4.x): loads the package's ONNX exports
-with Optimum's ONNX Runtime classes, feeds them the token ids of REQUEST, and writes their outputs to ANSWER.
+with Optimum's ONNX Runtime classes, feeds each the inputs of the request, and writes the outputs it names.
 
     python serving_check.py REQUEST.json ANSWER.json
 
-REQUEST: {"encoder": folder whose onnx/model.onnx is the feature-extraction export, "classifier": folder whose
-model.onnx is a text-classification export, "input_ids": [[...]], "attention_mask": [[...]]}.
-ANSWER: {"last_hidden_state": [...], "logits": [...], "classes": [the Optimum classes' names]}."""
+REQUEST: {NAME: {"class": an `optimum.onnxruntime` class, "folder": ..., "subfolder": "" or "onnx", "inputs":
+{"input_ids": [...], "attention_mask": [...]}, "outputs": [names]}}. ANSWER: {NAME: {output name: values}}."""
 
 from __future__ import annotations
 
 import json
 import sys
 
+import optimum.onnxruntime
 import torch
-from optimum.onnxruntime import ORTModelForFeatureExtraction, ORTModelForSequenceClassification
 
 
 def main(request_path: str, answer_path: str) -> None:
     with open(request_path) as handle:
         request = json.load(handle)
-    inputs = {name: torch.tensor(request[name]) for name in ("input_ids", "attention_mask")}
-    encoder = ORTModelForFeatureExtraction.from_pretrained(
-        request["encoder"], subfolder="onnx", trust_remote_code=True
-    )
-    classifier = ORTModelForSequenceClassification.from_pretrained(request["classifier"], trust_remote_code=True)
-    answer = {
-        "last_hidden_state": encoder(**inputs).last_hidden_state.tolist(),
-        "logits": classifier(**inputs).logits.tolist(),
-        "classes": [type(encoder).__name__, type(classifier).__name__],
-    }
+    answer = {}
+    for name, job in request.items():
+        model_class = getattr(optimum.onnxruntime, job["class"])
+        # config.json's auto_map: the folder's own configuration code
+        model = model_class.from_pretrained(job["folder"], subfolder=job["subfolder"], trust_remote_code=True)
+        result = model(**{key: torch.tensor(value) for key, value in job["inputs"].items()})
+        answer[name] = {output: getattr(result, output).tolist() for output in job["outputs"]}
     with open(answer_path, "w") as handle:
         json.dump(answer, handle)
 

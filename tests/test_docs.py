@@ -171,7 +171,8 @@ def run_block(block: Block, work: Path, environment: dict[str, str]) -> subproce
     )
 
 
-NOT_LINKED = {".git", ".venv", ".venv-tf4", ".venv-serving", "outputs", "site", "build", "dist"}  # environments and what runs write
+# environments, and the folders that runs write
+NOT_LINKED = {".git", ".venv", ".venv-tf4", ".venv-serving", "outputs", "site", "build", "dist"}
 
 
 def stand_in_for_the_repository(work: Path) -> None:

@@ -28,6 +28,8 @@ from sinusoidal_encoder_training.tasks import TASKS  # noqa: E402
         ("feature-extraction", se.SinusoidalEncoderModel),
         ("text-classification", se.SinusoidalEncoderForSequenceClassification),
         ("token-classification", se.SinusoidalEncoderForTokenClassification),
+        ("question-answering", se.SinusoidalEncoderForQuestionAnswering),
+        ("multiple-choice", se.SinusoidalEncoderForMultipleChoice),
     ],
 )
 @pytest.mark.slow
@@ -39,14 +41,16 @@ def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, mode
     assert "training mode" not in proc.stdout + proc.stderr  # exported as used: in eval mode (no dropout)
     path = tmp_path / "model" / "model.onnx"
     graph = onnx.load(str(path)).graph
-    output_name = TASKS[task].outputs[0]
-    assert [i.name for i in graph.input] == ["input_ids", "attention_mask"] and graph.output[0].name == output_name
+    entry = TASKS[task]
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask"]
+    assert tuple(o.name for o in graph.output) == entry.outputs  # start_logits and end_logits for question answering
     for tensor in graph.input:
         dims = tensor.type.tensor_type.shape.dim
-        assert all(d.dim_param and not d.dim_value for d in dims)  # both axes symbolic: any batch, any length
+        assert len(dims) == len(entry.input_axes)  # (batch, sequence), or (batch, choices, sequence)
+        assert all(d.dim_param and not d.dim_value for d in dims)  # every axis symbolic: any batch, any length
     model = model_class.from_pretrained(tmp_path / "model").eval()
     # lengths 8 and 300 (far past the 16 positions of the config), padded rows, batch 3 (traced with 2)
-    worst = onnx_export.check_onnx(model, str(path), output_name, lengths=(8, 300))
+    worst = onnx_export.check_onnx(model, str(path), entry.outputs, lengths=(8, 300), input_axes=entry.input_axes)
     assert worst <= 1e-4
 
 
@@ -77,13 +81,13 @@ def assert_one_line_refusal(status, err, *expected):
 
 @pytest.fixture
 def exports(monkeypatch):
-    """Stands in for the export and its check (seconds each): records (model class, output name, path) of each
+    """Stands in for the export and its check (seconds each): records (model class, output names, path) of each
     export, the folder of the path existing when it is written."""
     made = []
 
-    def fake_export(model, path, output_name, opset=18):
+    def fake_export(model, path, outputs, opset=18, input_axes=("batch", "sequence")):
         assert os.path.isdir(os.path.dirname(os.path.abspath(path))), path
-        made.append((type(model).__name__, output_name, path))
+        made.append((type(model).__name__, ",".join(outputs), path))
         return path
 
     monkeypatch.setattr(onnx_export, "export_onnx", fake_export)
@@ -98,6 +102,12 @@ def exports(monkeypatch):
         (se.SinusoidalEncoderForSequenceClassification, [], ("SinusoidalEncoderForSequenceClassification", "logits")),
         (se.SinusoidalEncoderForTokenClassification, [], ("SinusoidalEncoderForTokenClassification", "logits")),
         (se.SinusoidalEncoderModel, [], ("SinusoidalEncoderModel", "last_hidden_state")),
+        (
+            se.SinusoidalEncoderForQuestionAnswering,
+            [],
+            ("SinusoidalEncoderForQuestionAnswering", "start_logits,end_logits"),
+        ),
+        (se.SinusoidalEncoderForMultipleChoice, [], ("SinusoidalEncoderForMultipleChoice", "logits")),
         # the encoder is trained in every folder: feature-extraction from a classifier is fine
         (
             se.SinusoidalEncoderForSequenceClassification,
@@ -105,7 +115,7 @@ def exports(monkeypatch):
             ("SinusoidalEncoderModel", "last_hidden_state"),
         ),
     ],
-    ids=["masked-lm", "sequence-classifier", "token-classifier", "encoder", "classifier-feature-extraction"],
+    ids=["masked-lm", "sequence-classifier", "token-classifier", "encoder", "qa", "multiple-choice", "classifier-fe"],
 )
 def test_export_takes_the_folders_own_head_by_default(
     tmp_path, monkeypatch, capsys, exports, model_class, argv, exported
@@ -142,17 +152,24 @@ def test_export_takes_the_folders_own_head_by_default(
             ["is a SinusoidalEncoderModel, without a trained sequence-classification head"],
         ),
         (
-            se.SinusoidalEncoderForQuestionAnswering,
+            "BertForNextSentencePrediction",  # config.json names a head of no task here
             [],
-            ["is a SinusoidalEncoderForQuestionAnswering, a head export_onnx does not export", "feature-extraction"],
+            ["is a BertForNextSentencePrediction, a head export_onnx does not export", "feature-extraction"],
         ),
     ],
-    ids=["classifier-fill-mask", "classifier-token-classification", "encoder-text-classification", "qa-default"],
+    ids=["classifier-fill-mask", "classifier-token-classification", "encoder-text-classification", "other-head"],
 )
 def test_export_refuses_a_head_the_folder_does_not_have(
     tmp_path, monkeypatch, capsys, exports, model_class, argv, expected
 ):
-    folder = save_head(tmp_path / "model", model_class)
+    if isinstance(model_class, str):
+        import json
+
+        folder = save_head(tmp_path / "model", se.SinusoidalEncoderModel)
+        config = json.loads((tmp_path / "model" / "config.json").read_text())
+        (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "architectures": [model_class]}))
+    else:
+        folder = save_head(tmp_path / "model", model_class)
     status, out, err = export_command([folder, *argv], monkeypatch, capsys)
     assert_one_line_refusal(status, err, *expected)
     assert exports == [] and out == "" and not (tmp_path / "model" / "model.onnx").exists()

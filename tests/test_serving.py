@@ -1,10 +1,11 @@
 """The serving engines that install from the package registry, run on folders the package wrote: Infinity's server
 (`infinity_emb v2`, its torch engine: sentence-transformers for embeddings, transformers' text-classification
 pipeline for a classifier) answers `/embeddings` and `/classify` on loopback, and Optimum's ONNX Runtime classes
-(`ORTModelForFeatureExtraction`, `ORTModelForSequenceClassification`) load the ONNX exports; both answers equal the
-package's own outputs within float tolerance. Both engines pin transformers 4.x, so they run in their own
-environment, which scripts/test.sh builds (.venv-serving, scripts/setup_serving.sh); without it the tests skip.
-docs/serving.md shows the same commands, run in the suite by tests/test_docs.py."""
+(`ORTModelFor...`: feature extraction and every head: masked LM, sequence and token classification, question
+answering, multiple choice) load the ONNX exports; both answers equal the package's own outputs within float
+tolerance. Both engines pin transformers 4.x, so they run in their own environment, which scripts/test.sh builds
+(.venv-serving, scripts/setup_serving.sh); without it the tests skip. docs/serving.md shows the same commands, run
+in the suite by tests/test_docs.py."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, tokenizer) -> dict[str, Path]:
-    """An encoder folder (masked LM, sentence-transformers files, the feature-extraction ONNX export in onnx/) and a
-    text classifier (its ONNX export beside the weights), written as the package's exports write them."""
+    """An encoder folder (masked LM, sentence-transformers files, the feature-extraction ONNX export in onnx/), and
+    a folder of every head (each with its own ONNX export beside the weights), written as the package's exports
+    write them."""
     pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
     from sinusoidal_encoder_training.configs import OnnxExportConfig
     from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
@@ -53,19 +55,24 @@ def folders(tmp_path_factory, tokenizer) -> dict[str, Path]:
         "classifier": se.SinusoidalEncoderForSequenceClassification(
             tiny_config(**shared, num_labels=2, id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
         ),
+        "fill-mask": se.SinusoidalEncoderForMaskedLM(tiny_config(**shared)),
+        "token-classification": se.SinusoidalEncoderForTokenClassification(tiny_config(**shared, num_labels=3)),
+        "question-answering": se.SinusoidalEncoderForQuestionAnswering(tiny_config(**shared)),
+        "multiple-choice": se.SinusoidalEncoderForMultipleChoice(tiny_config(**shared)),
     }
     for name, model in models.items():
         model.eval().save_pretrained(root / name)
         save_tokenizer(tokenizer, str(root / name))
     write_sentence_transformers_files(str(root / "encoder"), models["encoder"].config)
-    exports = {"encoder": ("feature-extraction", str(root / "encoder" / "onnx") + "/"), "classifier": (None, None)}
-    for name, (task, output) in exports.items():
+    for name in models:  # the encoder's graph in onnx/, as TEI reads it; every head's own beside its weights
+        encoder = name == "encoder"
+        task, output = ("feature-extraction", str(root / name / "onnx") + "/") if encoder else (None, None)
         run(OnnxExportConfig(model=str(root / name), task=task, output=output, no_check=True))
     return {name: root / name for name in models}
 
 
-def package_outputs(folder: Path, tokenizer, texts=TEXTS) -> tuple[dict, np.ndarray, np.ndarray]:
-    """The batch (right-padded), the package's mean-pooled embeddings of `folder`, and its classifier's logits."""
+def package_outputs(folder: Path, tokenizer, texts=TEXTS) -> tuple[np.ndarray, np.ndarray]:
+    """The package's mean-pooled embeddings of the texts (`folder`'s encoder), and its classifier's logits."""
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     encoder = se.SinusoidalEncoderModel.from_pretrained(folder / "encoder").eval()
     classifier = se.SinusoidalEncoderForSequenceClassification.from_pretrained(folder / "classifier").eval()
@@ -74,7 +81,7 @@ def package_outputs(folder: Path, tokenizer, texts=TEXTS) -> tuple[dict, np.ndar
         logits = classifier(**batch).logits
     mask = batch["attention_mask"][..., None].float()
     pooled = (hidden * mask).sum(1) / mask.sum(1)
-    return batch, pooled.numpy(), logits.numpy()
+    return pooled.numpy(), logits.numpy()
 
 
 def free_port() -> int:
@@ -122,7 +129,7 @@ def test_infinity_serves_the_embeddings_and_the_classes_the_package_computes(fol
     finally:
         server.terminate()
         server.wait(timeout=30)
-    _, pooled, logits = package_outputs(folders["encoder"].parent, tokenizer)
+    pooled, logits = package_outputs(folders["encoder"].parent, tokenizer)
     served = np.array([row["embedding"] for row in sorted(embedded["data"], key=lambda row: row["index"])])
     expected = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)  # Infinity returns unit vectors
     np.testing.assert_allclose(served, expected, atol=1e-5, rtol=1e-4)
@@ -133,14 +140,44 @@ def test_infinity_serves_the_embeddings_and_the_classes_the_package_computes(fol
 
 
 def test_optimum_loads_the_onnx_exports_with_the_packages_outputs(folders, tokenizer, tmp_path):
-    batch, _, logits = package_outputs(folders["encoder"].parent, tokenizer)
+    batch = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    choices = {key: value.unsqueeze(0) for key, value in batch.items()}  # one question, the two texts its choices
+    jobs = {  # name: (Optimum class, package class, subfolder, inputs, outputs)
+        "encoder": ("ORTModelForFeatureExtraction", se.SinusoidalEncoderModel, "onnx", batch, ["last_hidden_state"]),
+        "classifier": (
+            "ORTModelForSequenceClassification",
+            se.SinusoidalEncoderForSequenceClassification,
+            "",
+            batch,
+            ["logits"],
+        ),
+        "question-answering": (
+            "ORTModelForQuestionAnswering",
+            se.SinusoidalEncoderForQuestionAnswering,
+            "",
+            batch,
+            ["start_logits", "end_logits"],
+        ),
+        "multiple-choice": (
+            "ORTModelForMultipleChoice",
+            se.SinusoidalEncoderForMultipleChoice,
+            "",
+            choices,
+            ["logits"],
+        ),
+    }
     request, answer = tmp_path / "request.json", tmp_path / "answer.json"
     request.write_text(
         json.dumps(
             {
-                "encoder": str(folders["encoder"]),
-                "classifier": str(folders["classifier"]),
-                **{name: batch[name].tolist() for name in ("input_ids", "attention_mask")},
+                name: {
+                    "class": optimum_class,
+                    "folder": str(folders[name]),
+                    "subfolder": subfolder,
+                    "inputs": {key: value.tolist() for key, value in inputs.items()},
+                    "outputs": outputs,
+                }
+                for name, (optimum_class, _, subfolder, inputs, outputs) in jobs.items()
             }
         )
     )
@@ -153,10 +190,15 @@ def test_optimum_loads_the_onnx_exports_with_the_packages_outputs(folders, token
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(answer.read_text())
-    assert result["classes"] == ["ORTModelForFeatureExtraction", "ORTModelForSequenceClassification"]
-    encoder = se.SinusoidalEncoderModel.from_pretrained(folders["encoder"]).eval()
-    with torch.no_grad():
-        hidden = encoder(**batch).last_hidden_state.numpy()
-    real = batch["attention_mask"].numpy().astype(bool)  # padded positions carry no meaning in either
-    np.testing.assert_allclose(np.array(result["last_hidden_state"])[real], hidden[real], atol=1e-5, rtol=1e-4)
-    np.testing.assert_allclose(np.array(result["logits"]), logits, atol=1e-5, rtol=1e-4)
+    classifier_config = json.loads((folders["classifier"] / "config.json").read_text())
+    assert classifier_config["architectures"] == ["SinusoidalEncoderForSequenceClassification"]  # TEI: a classifier
+    for name, (_, package_class, _, inputs, outputs) in jobs.items():
+        model = package_class.from_pretrained(folders[name]).eval()
+        with torch.no_grad():
+            expected = model(**inputs)
+        real = inputs["attention_mask"].numpy().astype(bool)  # padded positions carry no meaning in either
+        for output in outputs:
+            served, ours = np.array(result[name][output]), getattr(expected, output).numpy()
+            if ours.shape[: real.ndim] == real.shape:  # per token: compared at the real ones
+                served, ours = served[real], ours[real]
+            np.testing.assert_allclose(served, ours, atol=1e-5, rtol=1e-4, err_msg=f"{name}: {output}")

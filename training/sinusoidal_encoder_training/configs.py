@@ -714,18 +714,18 @@ def tokenizer_folder_problem(output_dir: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OnnxExportConfig(FlagConfig):
-    """Export a saved model folder to ONNX with dynamic batch and sequence axes, and check it with onnxruntime.
+    """Export a saved model folder to ONNX with dynamic axes, and check it with onnxruntime.
 
         python training/export_onnx.py outputs/small-builtin                      # -> outputs/small-builtin/model.onnx
         python training/export_onnx.py outputs/small-builtin --task feature-extraction --output encoder.onnx
         python training/export_onnx.py outputs/library-classifier                # its own head: text-classification
 
-    The folder's own head is exported by default: the one config.json's `architectures` names (a masked-LM folder:
-    fill-mask; a sequence classifier: text-classification; a token classifier: token-classification; a bare encoder:
-    feature-extraction). `--task` chooses; a head the folder does not have (one transformers would initialise at
-    random) is refused, and feature-extraction, the encoder alone, exports from any folder. The graph takes
-    `input_ids` and `attention_mask` of shape (batch, sequence), any sizes, and returns `logits` (fill-mask,
-    text-classification: one row per text, token-classification) or `last_hidden_state` (feature-extraction). The
+    The folder's own head is exported by default: the task of the class config.json's `architectures` names
+    (`tasks.TASKS`; a bare encoder: feature-extraction). `--task` chooses; a head the folder does not have (one
+    transformers would initialise at random) is refused, and feature-extraction, the encoder alone, exports from any
+    folder. The graph takes `input_ids` and `attention_mask` of the task's axes, any sizes ((batch, sequence), or
+    (batch, choices, sequence) for multiple-choice), and returns the outputs of the head that transformers names
+    (`logits`; `start_logits` and `end_logits` for question-answering; `last_hidden_state` for the encoder). The
     position encoding is computed inside the graph from the positions, so the exported model runs at any length, past
     `max_position_embeddings` too. An existing export (the .onnx file or its .onnx.data) is replaced only with
     `--overwrite`; missing folders of `--output` are created. Needs the `onnx`, `onnxscript` and `onnxruntime`

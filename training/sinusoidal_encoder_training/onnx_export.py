@@ -1,7 +1,7 @@
 """The ONNX export of a saved model folder, with dynamic batch and sequence axes, checked with onnxruntime; what
 is exported is an `OnnxExportConfig` (`configs`).
 
-In code: `export_onnx(model, path, output_name)` and `check_onnx(...)`; `load_trained` loads a head and refuses
+In code: `export_onnx(model, path, outputs)` and `check_onnx(...)`; `load_trained` loads a head and refuses
 one that transformers initialises at random; the command line is `run`
 (`main`).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import transformers
@@ -79,32 +79,50 @@ def load_trained(auto_class: type, source: str, instead: str, name: str = "MODEL
 
 
 class _Exported(torch.nn.Module):
-    """The model as a function of (input_ids, attention_mask) returning one tensor."""
+    """The model as a function of (input_ids, attention_mask) returning the tensors named `outputs`."""
 
-    def __init__(self, model: torch.nn.Module, output_name: str):
+    def __init__(self, model: torch.nn.Module, outputs: tuple[str, ...]):
         super().__init__()
         self.model = model
-        self.output_name = output_name
+        self.outputs = outputs
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask), self.output_name)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        result = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return tuple(getattr(result, name) for name in self.outputs)
 
 
-def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int = 18) -> str:
-    """Write `model` to `path` as ONNX (torch.onnx's dynamo exporter) with dynamic batch and sequence axes."""
+def _names(outputs: str | Sequence[str]) -> tuple[str, ...]:
+    return (outputs,) if isinstance(outputs, str) else tuple(outputs)
+
+
+def _example_ids(vocab_size: int, input_axes: Sequence[str], length: int, rows: int = 2) -> torch.Tensor:
+    """Token ids of shape `input_axes` (`rows` for every axis but the sequence, `length` for it), never 0."""
+    shape = [length if axis == "sequence" else rows for axis in input_axes]
+    count = torch.Size(shape).numel()
+    return torch.arange(1, count + 1).remainder(vocab_size - 1).add(1).reshape(shape)
+
+
+def export_onnx(
+    model: torch.nn.Module,
+    path: str,
+    outputs: str | Sequence[str],
+    opset: int = 18,
+    input_axes: Sequence[str] = ("batch", "sequence"),
+) -> str:
+    """Write `model` to `path` as ONNX (torch.onnx's dynamo exporter): inputs `input_ids` and `attention_mask` with
+    the dynamic axes `input_axes` (a task's, `tasks.Task.input_axes`), the outputs named `outputs`."""
     model = model.eval()
     if model.config.vocab_size < 3:
         raise UsageError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
-    example = torch.arange(1, 17).remainder(model.config.vocab_size - 1).add(1).expand(2, 16)  # (2, 16)
-    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    axes = {0: batch, 1: sequence}
+    example = _example_ids(model.config.vocab_size, input_axes, 16)  # (2, 16), or (2, 2, 16) with choices
+    axes = {index: torch.export.Dim(axis) for index, axis in enumerate(input_axes)}
     with torch.no_grad():
         torch.onnx.export(
-            _Exported(model, output_name).eval(),  # a new module starts in training mode
+            _Exported(model, _names(outputs)).eval(),  # a new module starts in training mode
             (example, torch.ones_like(example)),
             path,
             input_names=["input_ids", "attention_mask"],
-            output_names=[output_name],
+            output_names=list(_names(outputs)),
             dynamic_shapes={"input_ids": axes, "attention_mask": axes},
             opset_version=opset,
             dynamo=True,
@@ -112,25 +130,34 @@ def export_onnx(model: torch.nn.Module, path: str, output_name: str, opset: int 
     return path
 
 
-def check_onnx(model: torch.nn.Module, path: str, output_name: str, lengths=(8, 300), atol: float = 1e-4) -> float:
-    """Largest difference between onnxruntime and PyTorch on padded batches of several lengths, at real tokens
-    (every row of outputs without a sequence axis, such as a classifier's logits); raises `ValueError` past
-    `atol`."""
+def check_onnx(
+    model: torch.nn.Module,
+    path: str,
+    outputs: str | Sequence[str],
+    lengths=(8, 300),
+    atol: float = 1e-4,
+    input_axes: Sequence[str] = ("batch", "sequence"),
+) -> float:
+    """Largest difference between onnxruntime and PyTorch over the `outputs`, on padded batches of several lengths
+    (3 rows, and 3 choices where the task has them), at real tokens (every row of outputs without a sequence axis,
+    such as a classifier's logits); raises `ValueError` past `atol`."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     generator = torch.Generator().manual_seed(0)
     worst = 0.0
     for length in lengths:
-        ids = torch.randint(1, model.config.vocab_size, (3, length), generator=generator)
+        shape = [length if axis == "sequence" else 3 for axis in input_axes]
+        ids = torch.randint(1, model.config.vocab_size, shape, generator=generator)
         mask = torch.ones_like(ids)
-        mask[1, length // 2 :] = 0
+        mask[1, ..., length // 2 :] = 0
         with torch.no_grad():
-            expected = getattr(model(input_ids=ids, attention_mask=mask), output_name)
-        (got,) = session.run([output_name], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        difference = (torch.from_numpy(got) - expected).abs()  # (B, T, ...) or (B, labels)
-        per_token = difference.dim() >= 3 and difference.shape[:2] == mask.shape
-        worst = max(worst, float((difference[mask.bool()] if per_token else difference).max()))
+            expected = model(input_ids=ids, attention_mask=mask)
+        got = session.run(list(_names(outputs)), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        for name, array in zip(_names(outputs), got, strict=True):
+            difference = (torch.from_numpy(array) - getattr(expected, name)).abs()  # (B, T, ...) or (B, labels)
+            per_token = difference.shape[: mask.dim()] == mask.shape
+            worst = max(worst, float((difference[mask.bool()] if per_token else difference).max()))
     if worst > atol:
         raise UsageError(f"onnxruntime differs from PyTorch by {worst:.2e} on real tokens (tolerance {atol:g}).")
     return worst
@@ -178,15 +205,16 @@ def run(config: OnnxExportConfig) -> None:
     for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
         require_extra(module, what="the ONNX export")  # before the model is loaded
     task, own = resolve_task(config)
-    auto_class, output_name = getattr(transformers, TASKS[task].auto_class), TASKS[task].outputs[0]
+    entry = TASKS[task]
+    auto_class = getattr(transformers, entry.auto_class)
     with loading("MODEL", config.model):
         model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
     print(f"exporting {type(model).__name__} ({task}) from {config.model}")
     os.makedirs(os.path.dirname(os.path.abspath(config.output_path)), exist_ok=True)
-    export_onnx(model, config.output_path, output_name, config.opset)
+    export_onnx(model, config.output_path, entry.outputs, config.opset, entry.input_axes)
     print(f"wrote {config.output_path}")
     if not config.no_check:
-        worst = check_onnx(model, config.output_path, output_name)
+        worst = check_onnx(model, config.output_path, entry.outputs, input_axes=entry.input_axes)
         print(f"onnxruntime against PyTorch, real tokens, lengths 8 and 300: max abs difference {worst:.2e}")
 
 

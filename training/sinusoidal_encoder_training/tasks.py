@@ -16,7 +16,8 @@ class Task:
     """One task. `name` is its pipeline tag (and the value of `--task`); `head` the end of the name of the model
     class that carries it (`SinusoidalEncoderForMaskedLM` ends in "ForMaskedLM"; the bare encoder in "Model");
     `loss_units` what one unit of its loss is, by problem type ("" when it has one); `outputs` the outputs of its
-    ONNX graph, empty when the export does not take it."""
+    ONNX graph, empty when the export does not take it; `input_axes` the axes of its inputs (`input_ids` and
+    `attention_mask`), each dynamic in the ONNX graph."""
 
     name: str
     auto_class: str
@@ -26,6 +27,7 @@ class Task:
     card_title: str
     loss_units: dict[str, str]
     outputs: tuple[str, ...] = ()
+    input_axes: tuple[str, ...] = ("batch", "sequence")
     recipe: str | None = None  # the module of this package that fine-tunes it (`finetune --task NAME`), if any
 
 
@@ -86,6 +88,7 @@ TASKS: dict[str, Task] = {
             "fine-tuned for extractive question answering",
             "Question Answering",
             {"": "nats per answer (the mean of its start and end)"},
+            ("start_logits", "end_logits"),
             recipe="question_answering",
         ),
         Task(
@@ -96,6 +99,8 @@ TASKS: dict[str, Task] = {
             "fine-tuned for multiple choice",
             "Multiple Choice",
             {"": "nats per question"},
+            ("logits",),
+            ("batch", "choices", "sequence"),
             recipe="multiple_choice",
         ),
     )
