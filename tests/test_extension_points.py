@@ -1,0 +1,102 @@
+"""The changes docs/layout.md says cost two or three files, made here in-process (registered, not edited in) and
+followed to where they act: a new position mode reaches the embeddings through `positions.POSITION_MODES` alone; a
+new way positions enter attention reaches every attention path through `positions.POSITION_ENCODINGS` alone; a new
+field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
+`eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class and its entry of
+`tasks.TASKS`) is shown by the heads fine-tuning gained that way: tests/test_finetuning_tasks.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from conftest import padded_batch, tiny_config
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder import positions
+
+
+def doubled_positions(request: positions.PositionRequest) -> positions.Positions:
+    """A mode that is not in the package: positions 0, 2, 4, ... for every sequence."""
+    return positions.Positions(torch.arange(request.seq_len, device=request.device).unsqueeze(0) * 2, None)
+
+
+def test_a_position_mode_registered_in_positions_reaches_the_embeddings(monkeypatch, tmp_path):
+    monkeypatch.setitem(positions.POSITION_MODES, "doubled", positions.PositionMode(doubled_positions))
+    model = se.SinusoidalEncoderModel(tiny_config(position_mode="doubled")).eval()
+    reference = se.SinusoidalEncoderModel(tiny_config()).eval()
+    reference.load_state_dict(model.state_dict())
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask).last_hidden_state
+        expected = reference(ids, attention_mask=mask, position_ids=torch.arange(ids.shape[1])[None] * 2)
+    real = mask.bool()
+    torch.testing.assert_close(out[real], expected.last_hidden_state[real])
+    model.save_pretrained(tmp_path)  # saved and loaded with its mode, as any config field
+    assert se.SinusoidalEncoderModel.from_pretrained(tmp_path).config.position_mode == "doubled"
+
+
+@pytest.mark.parametrize("like", ["rotary", "alibi"])
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_an_attention_side_encoding_registered_in_positions_reaches_every_attention_path(
+    monkeypatch, like, attn_implementation
+):
+    """Registered under a new name, the rotation and the bias give what the package's own give, with padding (the
+    padded and the packed paths) and without."""
+    monkeypatch.setitem(positions.POSITION_ENCODINGS, "mine", positions.POSITION_ENCODINGS[like])
+    config = tiny_config(position_encoding="mine")
+    config._attn_implementation = attn_implementation
+    model = se.SinusoidalEncoderModel(config).eval()
+    reference_config = tiny_config(position_encoding=like)
+    reference_config._attn_implementation = attn_implementation
+    reference = se.SinusoidalEncoderModel(reference_config).eval()
+    reference.load_state_dict(model.state_dict())
+    plain = se.SinusoidalEncoderModel(tiny_config()).eval()
+    plain.load_state_dict(model.state_dict())
+    ids, mask = padded_batch()
+    real = mask.bool()
+    with torch.no_grad():
+        for attention_mask in (mask, None):
+            out = model(ids, attention_mask=attention_mask).last_hidden_state
+            expected = reference(ids, attention_mask=attention_mask).last_hidden_state
+            shown = real if attention_mask is not None else torch.ones_like(real)
+            torch.testing.assert_close(out[shown], expected[shown])
+        assert not torch.allclose(out, plain(ids).last_hidden_state)  # positions entered: not the paper's way
+
+
+def test_a_new_run_setting_is_a_flag_with_help_and_a_setting_of_the_run_record(tmp_path, capsys):
+    from sinusoidal_encoder_training import configs, run_folder
+    from sinusoidal_encoder_training.arguments import parse_config
+
+    extended = dataclasses.make_dataclass(
+        "ExtendedConfig",
+        [("warmup_blend", float, dataclasses.field(default=0.5, metadata={"help": "How much to blend."}))],
+        bases=(configs.PretrainingConfig,),
+        frozen=True,
+        kw_only=True,
+    )
+    config = parse_config(extended, ["--output_dir", str(tmp_path / "out"), "--warmup_blend", "0.25"])
+    assert config.warmup_blend == 0.25
+    with pytest.raises(SystemExit):
+        parse_config(extended, ["--help"])
+    assert "--warmup_blend" in capsys.readouterr().out
+    recorded = run_folder.run_settings(config, "pretraining", processes=1, mixed_precision="no")
+    assert recorded["settings"]["warmup_blend"] == 0.25  # training_args / the run record
+    changed = run_folder.run_settings(dataclasses.replace(config, warmup_blend=0.75), "pretraining", 1, "no")
+    assert run_folder.settings_differences(recorded, changed) == ["--warmup_blend 0.25 (now 0.75)"]  # resume check
+
+
+def test_a_new_evaluation_figure_reaches_the_metrics_file_and_the_log_line(tmp_path):
+    from accelerate import Accelerator
+
+    from sinusoidal_encoder_training.metrics_log import MetricsLog, format_metrics, read_metrics
+
+    log = MetricsLog(Accelerator(cpu=True), str(tmp_path), resumed_step=None, tracking=False)
+    figures = {"eval_loss": 2.5, "eval_my_new_score": 0.125}
+    log.log(figures, step=3)
+    (line,) = read_metrics(str(tmp_path))
+    assert line["eval_my_new_score"] == 0.125 and line["step"] == 3
+    assert "eval_my_new_score 0.1250" in format_metrics(figures)
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["eval_my_new_score"] == 0.125
