@@ -520,13 +520,14 @@ def utilization_table() -> str:
     header = ["path", "precision", "mode", "MFU ours", "MFU BERT", "ours / BERT", "tokens/s ours", "target"]
     cpu, peaks = record["cpu"], record["gemm_peak_flops"]
     flags = present_flags(cpu["flags"])
+    profiled = "--profile" in record["command"].split()
+    profiles = "Per-op profiles of the cells" if profiled else "Per-op profiles of the cells, from an earlier run"
     note = (
         f"Source: {link(UTILIZATION)} (`{record['command']}`, commit {record['commit']}, {record['date']}): "
         f"{cpu['model']}, {cpu['threads']} threads, CPU flags {flags}; GEMM peak measured in the run "
         f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s in fp32 and {peaks['bf16'] / 1e9:,.0f} in bf16; medians of "
         f"{record['repeats']} interleaved repetitions (in brackets: the slowest and the fastest). Ratios below 1 in "
-        "bold. Per-op profiles of the cells: "
-        f"{link('benchmarks/utilization-profiles.md')}."
+        f"bold. {profiles}: {link('benchmarks/utilization-profiles.md')}."
     )
     return table(header, rows) + "\n\n" + note
 
