@@ -3,8 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/setup_transformers4.sh  # the transformers 4.x environment of tests/test_transformers4.py
-bash scripts/setup_serving.sh  # Infinity and Optimum (tests/test_serving.py, docs/serving.md)
+bash scripts/setup_test_environments.sh  # .venv-tf4 (transformers 4.x) and .venv-serving (Infinity, Optimum)
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -18,8 +18,9 @@ with the reason: `<!-- not run: needs a GPU -->`. Every other Python or shell bl
 
 A block for a program that pins other libraries than the package's (Infinity and Optimum pin transformers 4.x)
 names the environment it runs in on the line before its fence, a folder of the checkout that a setup script makes:
-`<!-- runs in: .venv-serving -->` (scripts/setup_serving.sh). It runs like the others, but with that environment's
-interpreter, and its `bin/` first on PATH; without that environment the page's test skips at the block.
+`<!-- runs in: .venv-serving -->` (scripts/setup_test_environments.sh). It runs like the others, but with that
+environment's interpreter, and its `bin/` first on PATH; without that environment the page's test skips at the
+block.
 
 Other languages (`text`, `yaml`, `json`, `toml`, ...) are shown, not run; but every fence names its language.
 """

@@ -3,9 +3,9 @@
 pipeline for a classifier) answers `/embeddings` and `/classify` on loopback, and Optimum's ONNX Runtime classes
 (`ORTModelFor...`: feature extraction and every head: masked LM, sequence and token classification, question
 answering, multiple choice) load the ONNX exports; both answers equal the package's own outputs within float
-tolerance. Both engines pin transformers 4.x, so they run in their own environment, which scripts/test.sh builds
-(.venv-serving, scripts/setup_serving.sh); without it the tests skip. docs/serving.md shows the same commands, run
-in the suite by tests/test_docs.py."""
+tolerance. Both engines pin transformers 4.x, so they run in their own environment, .venv-serving, which
+scripts/setup_test_environments.sh builds (scripts/test.sh calls it); without it the tests skip. docs/serving.md
+shows the same commands, run in the suite by tests/test_docs.py."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         not (SERVING / "bin" / "python").exists(),
-        reason=f"no serving environment at {SERVING} (scripts/setup_serving.sh builds it; scripts/test.sh runs it)",
+        reason=f"no serving environment at {SERVING} (scripts/setup_test_environments.sh builds it)",
     ),
 ]
 
