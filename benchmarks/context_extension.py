@@ -28,8 +28,8 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, parse_config
-from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, check_seeds, parse_config
+from sinusoidal_encoder_training.command_line import UsageError, front
 from sinusoidal_encoder_training.configs import MODEL_SIZES
 from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
 
@@ -60,6 +60,7 @@ class ContextExtensionConfig(FlagConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive(self, "length", "batch_size", "num_warmup_steps")
+        check_seeds(self, "seeds")
         if not 0 < self.extension_compute <= 0.1:
             raise UsageError(f"--extension_compute must be in (0, 0.1], got {self.extension_compute}.")
         if self.length % lg.TRAIN_LENGTH:
@@ -271,4 +272,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    with front():  # a bad flag value or a missing input: one line, no traceback
+        main()

@@ -56,7 +56,8 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from benchmarks.bert_reference import bert_config
 from sinusoidal_encoder_training import finetuning, pretraining
-from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, parse_config
+from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, check_seeds, parse_config
+from sinusoidal_encoder_training.command_line import front
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
@@ -140,6 +141,7 @@ class LengthGeneralizationConfig(FlagConfig):
             self, "max_train_steps", "per_device_train_batch_size", "finetune_steps", "eval_tokens_per_batch"
         )
         check_positive(self, "eval_steps")
+        check_seeds(self, "seeds", "mask_seed")
         if min(self.eval_lengths) < 8:
             raise ValueError(f"--eval_lengths must be at least 8 tokens, got {list(self.eval_lengths)}.")
         if self.random_position_offset < 0:
@@ -814,4 +816,5 @@ def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    with front():  # a bad flag value or a missing input: one line, no traceback
+        main()

@@ -412,6 +412,8 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--push_to_hub"], "--push_to_hub needs --hub_model_id"),
     ("pretrain", ["--output_dir", "OUT", "--push_to_hub", "--hub_model_id", "me/x"], "HF_HUB_OFFLINE is set"),
     ("pretrain", ["--output_dir", "OUT", "--language", "english"], "not a language code"),
+    ("pretrain", ["--output_dir", "OUT", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
+    ("train_tokenizer", ["--output_dir", "OUT", "--seed", str(2**32)], "--seed must be an integer from 0 to"),
     (
         "pretrain",
         ["--output_dir", "OUT", "--config_overrides", "position_mode=random_offset"],

@@ -42,6 +42,18 @@ def check_positive(config: FlagConfig, *names: str) -> None:
             raise UsageError(f"--{name} must be a positive integer, got {value}.")
 
 
+SEEDS = 2**32  # numpy's seeds, which accelerate's and datasets' seeding go through: 0 … 2**32 - 1
+
+
+def check_seeds(config: FlagConfig, *names: str) -> None:
+    """A `UsageError` naming the first flag of `names` holding a seed (or a list of seeds) outside 0 … 2**32 - 1."""
+    for name in names:
+        value = getattr(config, name)
+        for seed in value if isinstance(value, (list, tuple)) else [value]:
+            if not 0 <= seed < SEEDS:
+                raise UsageError(f"--{name} must be an integer from 0 to {SEEDS - 1}, got {seed}.")
+
+
 def check_model_source(name: str, value: str | None, presets: tuple[str, ...] = (), repo_type: str = "model") -> None:
     """A `UsageError` naming `name` (the flag, as `--model_name_or_path`) when `value`, a folder, a file or a Hub
     id ('owner/name'), cannot be one. A path that looks local (absolute, './', '~', a trailing slash, more than one

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any, Literal
 
-from .arguments import FlagConfig, check_model_source, check_positive, redefault
+from .arguments import FlagConfig, check_model_source, check_positive, check_seeds, redefault
 from .checkpoints import checkpoint_damage
 from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
@@ -179,6 +179,7 @@ class TrainingConfig(OutputConfig):
             "num_train_epochs",
             "max_train_steps",
         )
+        check_seeds(self, "seed")
         if self.learning_rate <= 0:
             raise UsageError(f"--learning_rate must be positive, got {self.learning_rate}.")
         if self.weight_decay < 0 or self.max_grad_norm < 0:
@@ -674,6 +675,7 @@ class TokenizerTrainingConfig(DataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_seeds(self, "seed")
         if not self.overwrite_output_dir:
             problem = tokenizer_folder_problem(self.output_dir)
             if problem is not None:
@@ -904,6 +906,7 @@ class DistillationConfig(DataConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_seeds(self, "seed")
         check_positive(
             self,
             "max_sentences",
