@@ -158,7 +158,7 @@ def order_recipe_table() -> str:
 
 LENGTH = "benchmarks/length-generalization.md"
 LENGTH_DATA = "benchmarks/length-generalization.json"  # the harness's results.json: arguments and summary
-LENGTH_ARMS = ("shipped", "stratified", "ordered_subset", "offset", "bert", "no_position")  # the page's order
+LENGTH_ARMS = ("shipped", "stratified", "ordered_subset", "offset", "rotary", "alibi", "bert", "no_position")
 
 
 def length_summary() -> dict:
@@ -222,6 +222,9 @@ def length_table() -> str:
 
 
 LENGTH_BUDGET_DATA = "benchmarks/length-generalization-2x.json"
+# the same arms at the main job's budget, run beside the 2× ones (2026-11-26, before the tokenizer of 2026-11-27)
+LENGTH_BUDGET_BASE = "benchmarks/length-generalization-1x.json"
+BUDGETS = {"1×": LENGTH_BUDGET_BASE, "2×": LENGTH_BUDGET_DATA}
 LENGTH_BUDGET = "benchmarks/length-generalization-2x.md"
 
 
@@ -230,7 +233,7 @@ def length_budget_table() -> str:
     order gap at the training length and at 4× it, and the share of the gap kept, from the two data files."""
     from benchmarks.length_generalization import ARMS
 
-    budgets = {"1×": length_summary(), "2×": json.loads((REPO / LENGTH_BUDGET_DATA).read_text())["summary"]}
+    budgets = {name: json.loads((REPO / path).read_text())["summary"] for name, path in BUDGETS.items()}
     train = budgets["2×"]["train_length"]
     four = 4 * train
     rows = []
@@ -254,7 +257,7 @@ def length_budget_table() -> str:
             )
     header = ["arm, budget (seed 42)", f"loss at {train}", f"at {four}", "rise", f"order gap at {train}", f"at {four}"]
     header.append("gap kept")
-    note = f"Source: {link(LENGTH_BUDGET_DATA)} and {link(LENGTH_DATA)}; the report: {link(LENGTH_BUDGET)}."
+    note = f"Source: {link(LENGTH_BUDGET_DATA)} and {link(LENGTH_BUDGET_BASE)}; the report: {link(LENGTH_BUDGET)}."
     return table(header, rows) + "\n\n" + note
 
 
