@@ -213,8 +213,10 @@ def length_table() -> str:
     ]
     checks = [[target, minus(measured), "yes" if met else "**no**"] for target, measured, met in targets(summary)]
     spread = " Each cell: the mean over the seeds ± half their range." if len(seeds) > 1 else ""
+    finetuned = any(figures.get("finetune") for figures in summary["arms"].values())
+    contents = ", the variants and the fine-tuning" if finetuned else " and the variants"
     note = (
-        f"Source: {link(LENGTH_DATA)}.{spread} The report with every length, the variants and the fine-tuning: "
+        f"Source: {link(LENGTH_DATA)}.{spread} The report with every length{contents}: "
         f"{link(LENGTH)}; the pictures: {link('benchmarks/length-generalization.png')} (against evaluation length), "
         f"{link('benchmarks/length-generalization-curves.png')} (during pretraining)."
     )
@@ -738,11 +740,17 @@ def readme_figures() -> dict[str, list[tuple[str, str]]]:
                 f"rises {length_figure('shipped', 'loss', 512) - length_figure('shipped', 'loss', 128):.2f} nats",
                 LENGTH_DATA,
             ),
-            (f"keep {length_figure('stratified', 'order_gap', 512):.2f}", LENGTH_DATA),
+            (f"rise {length_figure('rotary', 'loss', 512) - length_figure('rotary', 'loss', 128):.2f}", LENGTH_DATA),
             (
-                f"rise {length_figure('stratified', 'loss', 512) - length_figure('stratified', 'loss', 128):.2f}",
+                f"from {length_figure('rotary', 'order_gap', 128):.2f} to "
+                f"{length_figure('rotary', 'order_gap', 512):.2f}",
                 LENGTH_DATA,
             ),
+            (
+                f"{length_figure('shipped', 'loss', 128) - length_figure('rotary', 'loss', 128):.2f} nats lower",
+                LENGTH_DATA,
+            ),
+            (f"rises {length_figure('alibi', 'loss', 512) - length_figure('alibi', 'loss', 128):.2f}", LENGTH_DATA),
         ],
         "Algorithmic tasks": [
             (f"reach {summary.cell(ARM_LABELS['stratified'], tasks_mean)}% (mean over seeds)", ALGORITHMIC_RECORDS),
