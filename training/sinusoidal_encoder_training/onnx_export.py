@@ -114,15 +114,16 @@ def export_onnx(
     model = model.eval()
     if model.config.vocab_size < 3:
         raise UsageError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
+    names = _names(outputs)
     example = _example_ids(model.config.vocab_size, input_axes, 16)  # (2, 16), or (2, 2, 16) with choices
     axes = {index: torch.export.Dim(axis) for index, axis in enumerate(input_axes)}
     with torch.no_grad():
         torch.onnx.export(
-            _Exported(model, _names(outputs)).eval(),  # a new module starts in training mode
+            _Exported(model, names).eval(),  # a new module starts in training mode
             (example, torch.ones_like(example)),
             path,
             input_names=["input_ids", "attention_mask"],
-            output_names=list(_names(outputs)),
+            output_names=list(names),
             dynamic_shapes={"input_ids": axes, "attention_mask": axes},
             opset_version=opset,
             dynamo=True,
@@ -144,6 +145,7 @@ def check_onnx(
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = _names(outputs)
     generator = torch.Generator().manual_seed(0)
     worst = 0.0
     for length in lengths:
@@ -153,8 +155,8 @@ def check_onnx(
         mask[1, ..., length // 2 :] = 0
         with torch.no_grad():
             expected = model(input_ids=ids, attention_mask=mask)
-        got = session.run(list(_names(outputs)), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-        for name, array in zip(_names(outputs), got, strict=True):
+        got = session.run(list(names), {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        for name, array in zip(names, got, strict=True):
             difference = (torch.from_numpy(array) - getattr(expected, name)).abs()  # (B, T, ...) or (B, labels)
             per_token = difference.shape[: mask.dim()] == mask.shape
             worst = max(worst, float((difference[mask.bool()] if per_token else difference).max()))
