@@ -212,9 +212,20 @@ def run_experiment(config: ContextExtensionConfig) -> dict[str, Any]:
     return results
 
 
-def mean_of(results: dict, kind: str, arm: str, key: str, length: int) -> float:
+def values_of(results: dict, kind: str, arm: str, key: str, length: int) -> list[float]:
+    """One figure per seed."""
     seeds = results["arguments"]["seeds"]
-    return lg._mean([results["evaluations"][f"{kind}/{arm}/{seed}"][key][str(length)] for seed in seeds])
+    return [results["evaluations"][f"{kind}/{arm}/{seed}"][key][str(length)] for seed in seeds]
+
+
+def mean_of(results: dict, kind: str, arm: str, key: str, length: int) -> float:
+    return lg._mean(values_of(results, kind, arm, key, length))
+
+
+def cell(values: list[float], form: str) -> str:
+    """The mean, and ± half the spread between the seeds when there are several."""
+    spread = f" ± {(max(values) - min(values)) / 2:.3f}" if len(values) > 1 else ""
+    return f"{lg._mean(values):{form}}{spread}"
 
 
 def targets(results: dict) -> list[tuple[str, str, bool]]:
@@ -224,13 +235,23 @@ def targets(results: dict) -> list[tuple[str, str, bool]]:
     if "shipped" not in arguments["arms"] or arguments["length"] not in results["eval_lengths"]:
         return []
     length = arguments["length"]
-    difference = mean_of(results, EXTENDED, "shipped", "loss", length) - mean_of(
-        results, SCRATCH, "shipped", "loss", length
-    )
+    differences = [
+        extended - scratch
+        for extended, scratch in zip(
+            values_of(results, EXTENDED, "shipped", "loss", length),
+            values_of(results, SCRATCH, "shipped", "loss", length),
+            strict=True,
+        )
+    ]
+    difference = lg._mean(differences)
+    per_seed = ""
+    if len(differences) > 1:
+        seeds = arguments["seeds"]
+        per_seed = " (" + ", ".join(f"seed {s}: {d:+.3f}" for s, d in zip(seeds, differences, strict=True)) + ")"
     return [
         (
             f"{lg.ARMS['shipped']}, extended: loss at {length} tokens within 0.05 nats of the model trained there",
-            f"{difference:+.3f} nats",
+            f"{difference:+.3f} nats{per_seed}",
             difference <= 0.05,
         ),
         ("extension at ≤ 10% extra compute", f"{results['extra_compute']:.1%}", results["extra_compute"] <= 0.10),
@@ -257,9 +278,15 @@ def markdown(config: ContextExtensionConfig, results: dict) -> str:
     }
     for arm in config.arms:
         for kind, what in described.items():
-            cells = [f"{mean_of(results, kind, arm, 'loss', n):.3f}" for n in lengths]
-            gap = mean_of(results, kind, arm, "order_gap", config.length) if config.length in lengths else float("nan")
-            lines.append(f"| {lg.ARMS[arm]} | {what} | " + " | ".join(cells) + f" | {gap:+.3f} |")
+            cells = [cell(values_of(results, kind, arm, "loss", n), ".3f") for n in lengths]
+            gap = (
+                cell(values_of(results, kind, arm, "order_gap", config.length), "+.3f")
+                if config.length in lengths
+                else "–"
+            )
+            lines.append(f"| {lg.ARMS[arm]} | {what} | " + " | ".join(cells) + f" | {gap} |")
+    if len(config.seeds) > 1:
+        lines += ["", "± is half the spread between the seeds. Per-seed numbers are in `results.json`."]
     reached = targets(results)
     if reached:
         lines += ["", "| target | measured | met |", "|---|---|---|"]

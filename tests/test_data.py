@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import datasets
@@ -10,6 +11,7 @@ import torch
 from conftest import write_text_corpus
 
 from sinusoidal_encoder_training import corpus
+from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.data import (
     DataConfig,
     IndexedExamples,
@@ -85,6 +87,16 @@ def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
     (folder / "val" / "train.jsonl").rename(folder / "data" / "validation-00000.jsonl")
     raw = load_raw_datasets(data_config(dataset_name=str(folder), text_column_name="body"), SEED)
     assert len(raw["train"]) == 60 and len(raw["validation"]) == 5
+
+
+def test_a_dataset_by_name_too_small_to_split_is_one_line(tmp_path):
+    """A dataset with no validation split and too few rows to hold one out: the flag named, not datasets' error."""
+    folder = tmp_path / "my_dataset"
+    _write(folder / "data", "jsonl", ROWS[:10])
+    config = data_config(dataset_name=str(folder), text_column_name="body", validation_split_percentage=95)
+    with pytest.raises(UsageError, match=r"^--dataset_name '.*my_dataset' holds 10 row\(s\): too few to hold out "):
+        load_raw_datasets(config, SEED)
+    assert len(load_raw_datasets(dataclasses.replace(config, validation_split_percentage=90), SEED)["train"]) == 1
 
 
 def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):

@@ -143,6 +143,35 @@ def test_targets_judge_the_best_option_at_four_times_the_training_length():
     assert lg.targets(summary) == []
 
 
+def test_extension_report_judges_the_mean_over_seeds_and_shows_their_spread(tmp_path):
+    config = ce.ContextExtensionConfig(
+        study_dir=str(tmp_path), output_dir=str(tmp_path), arms=["shipped"], seeds=[42, 43], length=512
+    )
+    loss = {  # (kind, seed) -> loss at 512
+        ("128", 42): 6.0, ("128", 43): 5.8, (ce.EXTENDED, 42): 5.60, (ce.EXTENDED, 43): 5.50,
+        (ce.SCRATCH, 42): 5.62, (ce.SCRATCH, 43): 5.38,
+    }  # fmt: skip
+    results = {
+        "arguments": dataclasses.asdict(config),
+        "eval_lengths": [128, 512],
+        "extension_steps": 89,
+        "extra_compute": 0.1,
+        "evaluations": {
+            f"{kind}/shipped/{seed}": {"loss": {"128": 4.2, "512": value}, "order_gap": {"128": 2.0, "512": 0.5}}
+            for (kind, seed), value in loss.items()
+        },
+    }
+    found = {target: (measured, met) for target, measured, met in ce.targets(results)}
+    within = f"{lg.ARMS['shipped']}, extended: loss at 512 tokens within 0.05 nats of the model trained there"
+    assert found[within] == ("+0.050 nats (seed 42: -0.020, seed 43: +0.120)", True)  # the mean is judged
+    assert found["extension at ≤ 10% extra compute"] == ("10.0%", True)
+    report = ce.markdown(config, results)
+    assert "| at 128, then 89 steps at 512 | 4.200 ± 0.000 | 5.550 ± 0.050 | +0.500 ± 0.000 |" in report
+    assert "± is half the spread between the seeds" in report and "seeds 42, 43" in report
+    results["evaluations"][f"{ce.EXTENDED}/shipped/43"]["loss"]["512"] = 5.52  # the mean now 0.06 above
+    assert ce.targets(results)[0][2] is False
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [

@@ -165,6 +165,23 @@ def test_a_bad_data_file_is_one_line_naming_the_file_and_line(tmp_path, monkeypa
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("name", ["pretrain", "finetune", "train_tokenizer"])
+def test_a_file_too_small_to_split_asks_for_a_validation_file(tmp_path, monkeypatch, capsys, name):
+    """One row and no --validation_file ended in datasets' ValueError from train_test_split (found 2026-11-27)."""
+    train = jsonl(tmp_path / "train.jsonl", GOOD[:1])
+    main, program, argv = data_command(name, train, train, tmp_path)
+    at = argv.index("--validation_file")
+    del argv[at : at + 2]
+    status, _, err = run_command(main, program, argv, monkeypatch, capsys)
+    last = err.strip().splitlines()[-1]
+    assert status == 2 and "Traceback" not in err, err[-3000:]
+    assert last == (
+        f"{program}: error: --train_file {str(train)!r} holds 1 row(s): too few to hold out "
+        "--validation_split_percentage 5% for validation and train on the rest; add rows or pass --validation_file."
+    ), last
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
     """Issue 42: a row whose tags are shorter than its words raised IndexError in finetuning.py."""
     from sinusoidal_encoder_training import finetuning

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import re
 from typing import Any, Literal
@@ -271,18 +272,19 @@ class DataConfig(FlagConfig):
             and _extension(self.train_file) != _extension(self.validation_file)
         ):
             raise UsageError("--train_file and --validation_file must have the same format.")
+        if not 0 < self.validation_split_percentage < 100:
+            raise UsageError(
+                f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
+            )
         if self.train_file:  # what datasets would stop on (or, for mixed kinds, silently accept), said before work
-            columns = check_data_file("--train_file", self.train_file)
+            split = None if self.validation_file else self.validation_split_percentage
+            columns = check_data_file("--train_file", self.train_file, split_percentage=split)
             other = check_data_file("--validation_file", self.validation_file) if self.validation_file else None
             if columns is not None and other is not None and other != columns:
                 raise UsageError(
                     f"--validation_file {self.validation_file!r} has the columns {other}, --train_file "
                     f"{self.train_file!r} has {columns}: give both files the same columns."
                 )
-        if not 0 < self.validation_split_percentage < 100:
-            raise UsageError(
-                f"--validation_split_percentage must be in (0, 100), got {self.validation_split_percentage}."
-            )
         for code in (self.language or "").split(","):
             if self.language is not None and not re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*", code.strip()):
                 raise UsageError(
@@ -296,12 +298,23 @@ def _extension(path: str) -> str:
     return os.path.splitext(path)[1].lower()
 
 
-def check_data_file(flag: str, path: str) -> list[str] | None:
+def check_split(source: str, rows: int, percentage: int) -> None:
+    """A `UsageError` when holding out `percentage`% of the `rows` rows of `source` (the flag and its value) for
+    validation leaves none to train on: datasets' `train_test_split` rounds the held-out share up."""
+    if rows - math.ceil(rows * percentage / 100) < 1:
+        raise UsageError(
+            f"{source} holds {rows} row(s): too few to hold out --validation_split_percentage {percentage}% for "
+            "validation and train on the rest; add rows or pass --validation_file."
+        )
+
+
+def check_data_file(flag: str, path: str, split_percentage: int | None = None) -> list[str] | None:
     """A `UsageError` naming `flag`, the file and the line when the local text or JSON file `path` cannot be read as
     data: not UTF-8 (the line, the byte), a line of a JSON-lines file that is not a JSON object, no text or no row
     at all, a column holding values of two kinds (text in one row, a number in another: datasets would make the
-    number a text). Returns the columns of a JSON file's first row (None for other formats). One pass over the
-    file's first `DATA_CHECK_BYTES` (datasets' own errors, named by `load_raw_datasets`, cover the rest)."""
+    number a text), too few rows to hold out `split_percentage`% for validation (when given). Returns the columns of
+    a JSON file's first row (None for other formats). One pass over the file's first `DATA_CHECK_BYTES` (datasets'
+    own errors, named by `load_raw_datasets`, cover the rest)."""
     extension = _extension(path)
     if extension not in (".txt", ".json", ".jsonl"):
         return None
@@ -318,6 +331,8 @@ def check_data_file(flag: str, path: str) -> list[str] | None:
             raise UsageError(f"{flag} {path!r} is not valid JSON: {error}.") from None
         if not rows:
             raise UsageError(f"{flag} {path!r} holds no rows.")
+        if split_percentage is not None:
+            check_split(f"{flag} {path!r}", len(rows), split_percentage)
         return sorted(rows[0]) if isinstance(rows[0], dict) else None
     columns, rows, kinds = None, 0, {}  # kinds: column -> (kind of its first value, line)
     read = 0
@@ -325,6 +340,7 @@ def check_data_file(flag: str, path: str) -> list[str] | None:
         for number, raw_line in enumerate(handle, start=1):
             read += len(raw_line)
             if read > DATA_CHECK_BYTES:
+                split_percentage = None  # rows not all counted: load_raw_datasets checks the split
                 break
             try:
                 line = raw_line.decode("utf-8")
@@ -364,6 +380,8 @@ def check_data_file(flag: str, path: str) -> list[str] | None:
     if rows == 0:
         what = "text" if extension == ".txt" else "rows"
         raise UsageError(f"{flag} {path!r} holds no {what}: every line is empty.")
+    if split_percentage is not None:
+        check_split(f"{flag} {path!r}", rows, split_percentage)
     return columns
 
 

@@ -15,7 +15,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from .command_line import UsageError
-from .configs import LOCAL_FORMATS, DataConfig, _extension
+from .configs import LOCAL_FORMATS, DataConfig, _extension, check_split
 from .corpus import load_builtin_corpus
 from .resources import SHIPPED_TOKENIZER  # noqa: F401  (where the stages import it from)
 
@@ -35,10 +35,7 @@ def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | d
     try:
         raw = datasets.load_dataset(source, streaming=config.streaming, **kwargs)
     except Exception as error:  # missing Hub dataset, unreadable or malformed file, ...: say which input failed
-        flag = (
-            f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
-        )
-        raise UsageError(f"Could not load {flag}: {type(error).__name__}: {error}") from error
+        raise UsageError(f"Could not load {_source_flag(config)}: {type(error).__name__}: {error}") from error
     if "train" not in raw:
         raise UsageError(f"The dataset has no 'train' split (it has {list(raw)}).")
     if "validation" in raw:
@@ -48,8 +45,14 @@ def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | d
         return datasets.IterableDatasetDict(
             {"train": raw["train"].skip(held_out), "validation": raw["train"].take(held_out)}
         )
+    check_split(_source_flag(config), len(raw["train"]), config.validation_split_percentage)  # a Hub dataset's
     split = raw["train"].train_test_split(test_size=config.validation_split_percentage / 100, seed=seed)
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+
+
+def _source_flag(config: DataConfig) -> str:
+    """The flag that named the corpus, with its value."""
+    return f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
 
 
 def text_column(dataset: datasets.Dataset | datasets.IterableDataset, requested: str | None) -> str:
