@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import run_command, tiny_config
@@ -243,3 +245,18 @@ def test_fill_mask_needs_one_mask_per_text(tmp_path, tokenizer, monkeypatch, cap
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert err.startswith(f"fill_mask.py: error: {text!r} {message}"), err
     assert "loaded" not in out
+
+
+def test_fill_mask_refuses_more_predictions_than_the_vocabulary_holds(tmp_path, tokenizer, monkeypatch, capsys):
+    """--top_k past the vocabulary ended in torch's "selected index k out of range" traceback (found 2026-11-27)."""
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    top_k = str(len(tokenizer) + 1)
+    status, out, err = fill_mask_command([folder, "A [MASK] test.", "--top_k", top_k], monkeypatch, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"fill_mask.py: error: --top_k {top_k} is more than the {len(tokenizer):,} tokens"), err
+    assert "loaded" not in out
+    status, out, err = fill_mask_command(
+        [folder, "A [MASK] test.", "--top_k", str(len(tokenizer))], monkeypatch, capsys
+    )
+    shown = re.findall(r"""['"] \d\.\d\d(?:, |$)""", out.splitlines()[-1])
+    assert status == 0 and len(shown) == len(tokenizer), err  # the whole vocabulary, ranked

@@ -60,6 +60,8 @@ def run(config: FillMaskConfig) -> None:
         problem = mask_problem(text, tokenizer.mask_token)
         if problem is not None:
             raise UsageError(problem)
+    if config.top_k > len(tokenizer):
+        raise UsageError(f"--top_k {config.top_k} is more than the {len(tokenizer):,} tokens of the vocabulary.")
     with loading("MODEL", config.model):
         model = load_trained(AutoModelForMaskedLM, config.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {config.model}")
