@@ -18,6 +18,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the
 
 import sinusoidal_encoder as se  # noqa: E402
 from sinusoidal_encoder_training import onnx_export  # noqa: E402
+from sinusoidal_encoder_training.command_line import UsageError  # noqa: E402
 from sinusoidal_encoder_training.tasks import TASKS  # noqa: E402
 
 
@@ -252,3 +253,89 @@ def test_export_of_a_folder_without_task_runs_its_own_head(tmp_path, model_class
     with torch.no_grad():
         expected = model_class.from_pretrained(folder).eval()(input_ids=ids).logits
     torch.testing.assert_close(torch.from_numpy(logits), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("opset", "expected"),
+    [
+        (16, "--opset 16: the graph needs opset 17 or newer (its LayerNormalization)"),
+        (
+            onnx.defs.onnx_opset_version() + 1,
+            f"the installed onnx package knows opsets up to {onnx.defs.onnx_opset_version()}",
+        ),
+    ],
+    ids=["older than LayerNormalization", "newer than onnx knows"],
+)
+def test_export_refuses_an_opset_the_graph_cannot_have(tmp_path, monkeypatch, capsys, exports, opset, expected):
+    """--opset 14 wrote an opset-18 file (the exporter's fallback, a warning among many) and reported success;
+    --opset 99 ended in onnxruntime's InvalidGraph traceback (found 2026-11-27). Now one line, before any work."""
+    folder = save_head(tmp_path / "model", se.SinusoidalEncoderForMaskedLM)
+    status, out, err = export_command([folder, "--opset", str(opset)], monkeypatch, capsys)
+    assert_one_line_refusal(status, err, expected)
+    assert out == "" and exports == []
+
+
+def _onnx_file(path, opset):
+    """A minimal valid ONNX file (one Identity node) declaring `opset`."""
+    from onnx import TensorProto, helper
+
+    tensor = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [tensor("x", TensorProto.FLOAT, [1])],
+        [tensor("y", TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
+
+
+def test_an_export_in_another_opset_than_asked_is_refused_and_removed(tmp_path, monkeypatch):
+    """torch's exporter writes its own opset, with a warning, when it cannot convert the graph to the one asked
+    (--opset 26 here on torch 2.13): the file would claim to be what was asked and is not. Refused, nothing kept."""
+    path = str(tmp_path / "model.onnx")
+
+    def exporter_falling_back(*args, **kwargs):
+        _onnx_file(path, 18)
+        open(path + ".data", "wb").close()
+
+    monkeypatch.setattr(torch.onnx, "export", exporter_falling_back)
+    model = se.SinusoidalEncoderModel(tiny_config())
+    with pytest.raises(
+        UsageError,
+        match=r"^--opset 20: torch's ONNX exporter could not convert the graph to opset 20 \(it wrote opset 18",
+    ):
+        onnx_export.export_onnx(model, path, "last_hidden_state", opset=20)
+    assert os.listdir(tmp_path) == []
+    assert onnx_export.export_onnx(model, path, "last_hidden_state", opset=18) == path  # the opset asked: kept
+
+
+def test_a_graph_onnxruntime_cannot_load_is_one_line_and_kept(tmp_path, monkeypatch):
+    """An opset newer than the installed onnxruntime runs ended in its InvalidGraph traceback after the export."""
+    import onnxruntime
+
+    path = str(tmp_path / "model.onnx")
+    _onnx_file(path, 18)
+
+    def too_new(*args, **kwargs):
+        raise onnxruntime.capi.onnxruntime_pybind11_state.InvalidGraph("Load model failed: opset 99 unknown\nmore")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", too_new)
+    with pytest.raises(
+        UsageError,
+        match=rf"^onnxruntime {onnxruntime.__version__} cannot load .* \(opset 18\): Load model failed: opset 99 "
+        "unknown; the export is kept",
+    ):
+        onnx_export.check_onnx(se.SinusoidalEncoderModel(tiny_config()), path, "last_hidden_state")
+    assert os.path.exists(path)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc, where no file can be created, superuser or not")
+def test_export_refuses_an_output_no_file_can_be_created_in(tmp_path, monkeypatch, capsys, exports):
+    """--output under /proc passed the os.access check as root and ended in a FileNotFoundError traceback after the
+    export: now one line before the model loads."""
+    folder = save_head(tmp_path / "model", se.SinusoidalEncoderForMaskedLM)
+    status, _, err = export_command([folder, "--output", "/proc/model.onnx"], monkeypatch, capsys)
+    assert_one_line_refusal(
+        status, err, "--output '/proc/model.onnx' cannot be written: creating a file in '/proc' fails"
+    )
+    assert exports == []

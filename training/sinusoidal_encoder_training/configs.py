@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from typing import Any, Literal
 
 from .arguments import FlagConfig, check_model_source, check_positive, check_seeds, redefault
@@ -35,6 +36,7 @@ LR_SCHEDULERS = Literal[
     "warmup_stable_decay",
 ]
 COMPILE_MODES = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+OLDEST_ONNX_OPSET = 17  # the exported graph's LayerNormalization is an ONNX operator from opset 17 on
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -773,11 +775,17 @@ class OnnxExportConfig(FlagConfig):
     overwrite: bool = dataclasses.field(
         default=False, metadata={"help": "Replace an existing export at the output (the .onnx and .onnx.data)."}
     )
-    opset: int = dataclasses.field(default=18, metadata={"help": "ONNX opset version."})
+    opset: int = dataclasses.field(
+        default=18,
+        metadata={
+            "help": f"ONNX opset version, {OLDEST_ONNX_OPSET} or newer (18 is the exporter's own, others converted)."
+        },
+    )
     no_check: bool = dataclasses.field(default=False, metadata={"help": "Skip the onnxruntime comparison."})
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_opset(self.opset)
         check_model_source("MODEL", self.model)
         if self.output is None and not os.path.isdir(self.model):
             raise UsageError("--output is needed when the model is not a local folder.")
@@ -791,6 +799,25 @@ class OnnxExportConfig(FlagConfig):
         if os.path.isdir(self.output) or self.output.endswith(("/", os.sep)):
             return os.path.join(self.output, "model.onnx")
         return self.output
+
+
+def check_opset(opset: int) -> None:
+    """A `UsageError` for an opset the graph cannot be written in: older than `OLDEST_ONNX_OPSET`, or newer than the
+    installed onnx package knows (when it is installed: its absence is reported with the other extras)."""
+    if opset < OLDEST_ONNX_OPSET:
+        raise UsageError(
+            f"--opset {opset}: the graph needs opset {OLDEST_ONNX_OPSET} or newer (its LayerNormalization), choose "
+            f"--opset {OLDEST_ONNX_OPSET} or more."
+        )
+    if importlib.util.find_spec("onnx") is None:
+        return
+    from onnx.defs import onnx_opset_version
+
+    if opset > onnx_opset_version():
+        raise UsageError(
+            f"--opset {opset}: the installed onnx package knows opsets up to {onnx_opset_version()}; choose one of "
+            f"{OLDEST_ONNX_OPSET} to {onnx_opset_version()}."
+        )
 
 
 def check_output(path: str, name: str, overwrite: bool) -> None:
@@ -815,6 +842,13 @@ def check_output(path: str, name: str, overwrite: bool) -> None:
         raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is not writable.")
+    try:  # what os.access cannot tell (a superuser, a read-only or special file system): write there once
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"{name} {path!r} cannot be written: creating a file in {parent!r} fails ({error.strerror})."
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -128,7 +128,24 @@ def export_onnx(
             opset_version=opset,
             dynamo=True,
         )
+    written = _opset_of(path)
+    if written != opset:  # the exporter writes its own opset when it cannot convert the graph, and only warns
+        for file in (path, path + ".data"):
+            if os.path.lexists(file):
+                os.remove(file)
+        raise UsageError(
+            f"--opset {opset}: torch's ONNX exporter could not convert the graph to opset {opset} (it wrote opset "
+            f"{written}; nothing was kept): choose another --opset, such as 18, the exporter's own."
+        )
     return path
+
+
+def _opset_of(path: str) -> int:
+    """The default-domain (ai.onnx) opset of the ONNX file at `path`."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    return next(entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx"))
 
 
 def check_onnx(
@@ -144,7 +161,14 @@ def check_onnx(
     such as a classifier's logits); raises `ValueError` past `atol`."""
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    try:
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's own exception types: a graph it cannot load (an opset it predates)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(
+            f"onnxruntime {onnxruntime.__version__} cannot load {path} (opset {_opset_of(path)}): {reason[:300]}; "
+            "the export is kept: load it with a newer onnxruntime, or export again with a lower --opset."
+        ) from None
     names = _names(outputs)
     generator = torch.Generator().manual_seed(0)
     worst = 0.0
