@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -235,6 +236,9 @@ def test_train_tokenizer_refuses_a_model_folder_and_retrains_its_own(tmp_path, t
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="is a file, not a folder"):
         TokenizerTrainingConfig(output_dir=str(tmp_path / "file"))
+    if os.path.isdir("/proc"):  # no file can be created there, superuser or not: it ended in makedirs' traceback
+        with pytest.raises(UsageError, match=r"^--output_dir /proc/tok: cannot write /proc \("):
+            TokenizerTrainingConfig(output_dir="/proc/tok")
 
 
 def test_train_tokenizer_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, monkeypatch, capsys):

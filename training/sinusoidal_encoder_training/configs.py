@@ -700,6 +700,14 @@ class TokenizerTrainingConfig(DataConfig):
             problem = tokenizer_folder_problem(self.output_dir)
             if problem is not None:
                 raise UsageError(problem)
+        folder = os.path.abspath(self.output_dir)
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        failure = creation_failure(folder) if os.path.isdir(folder) else None
+        if failure is not None:
+            raise UsageError(
+                f"--output_dir {self.output_dir}: cannot write {folder} ({failure}): choose a folder you can write to."
+            )
         if self.vocab_size <= len(SPECIAL_TOKENS) + 256:
             raise UsageError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
 
@@ -842,13 +850,19 @@ def check_output(path: str, name: str, overwrite: bool) -> None:
         raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is not writable.")
-    try:  # what os.access cannot tell (a superuser, a read-only or special file system): write there once
-        with tempfile.TemporaryFile(dir=parent):
-            pass
+    failure = creation_failure(parent)
+    if failure is not None:
+        raise UsageError(f"{name} {path!r} cannot be written: creating a file in {parent!r} fails ({failure}).")
+
+
+def creation_failure(folder: str) -> str | None:
+    """Why no file can be created in the existing `folder` (the system's reason), or None: a file is created there
+    and removed, which tells what `os.access` cannot (a superuser on a read-only or special file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
     except OSError as error:
-        raise UsageError(
-            f"{name} {path!r} cannot be written: creating a file in {parent!r} fails ({error.strerror})."
-        ) from None
+        return error.strerror or type(error).__name__
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
