@@ -182,6 +182,19 @@ def test_a_file_too_small_to_split_asks_for_a_validation_file(tmp_path, monkeypa
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_missing_text_is_one_line_naming_the_row(tmp_path, monkeypatch, capsys):
+    """A null text in a classification file ended in the tokenizer's TypeError (found 2026-11-27)."""
+    train = jsonl(tmp_path / "train.jsonl", [*GOOD, {"text": None, "label": "pos"}])
+    main, program, argv = data_command("finetune", train, jsonl(tmp_path / "valid.jsonl", GOOD), tmp_path)
+    status, _, err = run_command(main, program, argv, monkeypatch, capsys)
+    last = err.strip().splitlines()[-1]
+    assert status == 2 and "Traceback" not in err, err[-3000:]
+    assert last == f"{program}: error: The train split, row 3: 'text' is None, not text: give every row a text " + (
+        '("" for none), or remove the row.'
+    ), last
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
 def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
     """Issue 42: a row whose tags are shorter than its words raised IndexError in finetuning.py."""
     from sinusoidal_encoder_training import finetuning

@@ -16,7 +16,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed, text_column
-from sinusoidal_encoder_training.finetuning import STAGE, Prepared, model_inputs
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
@@ -39,6 +39,8 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     problem, label_names = label_space(raw, label_col, config)
     if problem == "token_classification":
         check_one_tag_per_word(raw, text_col, label_col, config)
+    else:
+        check_texts(raw, [text_col] + ([config.text_pair_column_name] if config.text_pair_column_name else []))
     if config.with_baselines and problem != "single_label_classification":
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
     num_labels = 1 if problem == "regression" else len(label_names)

@@ -14,7 +14,7 @@ import dataclasses
 import importlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import datasets
@@ -141,6 +141,20 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = AutoModel.from_config(model_config)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
+    """A `UsageError` naming the split, the row and the column when a text column of the data holds something other
+    than text: a missing value (null) reached the tokenizer as a TypeError, or, formatted into a choice, as the
+    word "None"."""
+    for split in ("train", "validation"):
+        for column in columns:
+            for row, value in enumerate(raw[split][column], start=1):
+                if not isinstance(value, str):
+                    raise UsageError(
+                        f"The {split} split, row {row}: {column!r} is {value!r}, not text: give every row a text "
+                        '("" for none), or remove the row.'
+                    )
 
 
 def model_inputs(batch: dict[str, torch.Tensor], labels: bool = True) -> dict[str, torch.Tensor]:

@@ -17,7 +17,7 @@ from transformers import DataCollatorForMultipleChoice
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed
-from sinusoidal_encoder_training.finetuning import STAGE, Prepared, model_inputs
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 
 CONTEXT, START = "sent1", "sent2"
@@ -31,7 +31,7 @@ def ending_columns(columns: list[str]) -> list[str]:
 
 def check_columns(raw: datasets.DatasetDict, label: str) -> list[str]:
     """The ending columns, or a `UsageError` naming what the data lacks (SWAG's columns, and at least two endings,
-    the same in both splits) or a label that is not the index of an ending."""
+    the same in both splits), a label that is not the index of an ending, or a missing text."""
     columns = raw["train"].column_names
     endings = ending_columns(columns)
     missing = [name for name in (CONTEXT, START, label) if name not in columns]
@@ -49,6 +49,7 @@ def check_columns(raw: datasets.DatasetDict, label: str) -> list[str]:
                     f"The {split} split, row {row}: {label!r} is {value!r}, not the index of one of its "
                     f"{len(endings)} endings (0 to {len(endings) - 1})."
                 )
+    check_texts(raw, [CONTEXT, START, *endings])
     return endings
 
 

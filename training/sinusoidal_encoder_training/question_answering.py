@@ -19,7 +19,7 @@ from transformers import DataCollatorWithPadding
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed
-from sinusoidal_encoder_training.finetuning import STAGE, Prepared
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import squad_scores
 
@@ -30,8 +30,8 @@ INPUTS = ("input_ids", "attention_mask", "start_positions", "end_positions")
 
 
 def check_rows(raw: datasets.DatasetDict) -> None:
-    """A `UsageError` naming the split and row when the data is not SQuAD's: the three columns, and answers whose
-    text is found at its `answer_start` in the context."""
+    """A `UsageError` naming the split and row when the data is not SQuAD's: the three columns, text in every
+    question and context, and answers whose text is found at its `answer_start` in the context."""
     for split in ("train", "validation"):
         columns = raw[split].column_names
         if not {QUESTION, CONTEXT, ANSWERS} <= set(columns):
@@ -39,6 +39,8 @@ def check_rows(raw: datasets.DatasetDict) -> None:
                 f"question-answering data needs SQuAD's columns {QUESTION!r}, {CONTEXT!r} and {ANSWERS!r} "
                 f"({{'text': [...], 'answer_start': [...]}}); the {split} split has {columns}."
             )
+    check_texts(raw, [QUESTION, CONTEXT])
+    for split in ("train", "validation"):
         for row, (context, answers) in enumerate(zip(raw[split][CONTEXT], raw[split][ANSWERS], strict=True), start=1):
             if not isinstance(answers, dict) or not {"text", "answer_start"} <= set(answers):
                 raise UsageError(
