@@ -189,9 +189,8 @@ def test_a_missing_text_is_one_line_naming_the_row(tmp_path, monkeypatch, capsys
     status, _, err = run_command(main, program, argv, monkeypatch, capsys)
     last = err.strip().splitlines()[-1]
     assert status == 2 and "Traceback" not in err, err[-3000:]
-    assert last == f"{program}: error: The train split, row 3: 'text' is None, not text: give every row a text " + (
-        '("" for none), or remove the row.'
-    ), last
+    expected = "The train split, row 3 {'label': 'pos'}: 'text' is None, not text: give every row a text "
+    assert last == f"{program}: error: {expected}" + '("" for none), or remove the row.', last
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 

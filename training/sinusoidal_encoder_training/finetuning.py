@@ -144,16 +144,18 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
 
 
 def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
-    """A `UsageError` naming the split, the row and the column when a text column of the data holds something other
-    than text: a missing value (null) reached the tokenizer as a TypeError, or, formatted into a choice, as the
-    word "None"."""
+    """A `UsageError` naming the split, the row (its number and other values: a split drawn from the training file
+    is shuffled) and the column when a text column of the data holds something other than text: a missing value
+    (null) reached the tokenizer as a TypeError, or, formatted into a choice, as the word "None"."""
     for split in ("train", "validation"):
         for column in columns:
             for row, value in enumerate(raw[split][column], start=1):
                 if not isinstance(value, str):
+                    others = {name: held for name, held in raw[split][row - 1].items() if name != column}
+                    shown = repr(others) if len(repr(others)) <= 80 else repr(others)[:77] + "..."
                     raise UsageError(
-                        f"The {split} split, row {row}: {column!r} is {value!r}, not text: give every row a text "
-                        '("" for none), or remove the row.'
+                        f"The {split} split, row {row} {shown}: {column!r} is {value!r}, not text: give every row a "
+                        'text ("" for none), or remove the row.'
                     )
 
 
