@@ -74,6 +74,7 @@ def test_derived_values_are_computed_from_the_fields():
     [
         ({"per_device_train_batch_size": 0}, "--per_device_train_batch_size must be a positive integer, got 0"),
         ({"learning_rate": -1.0}, "--learning_rate must be positive"),
+        ({"max_grad_norm": float("inf")}, "--max_grad_norm must be a finite number, got inf"),
         ({"push_to_hub": True}, "--push_to_hub needs --hub_model_id"),
         ({"model_name_or_path": MODEL, "config_overrides": TINY}, "--config_overrides applies to new models"),
         ({"streaming": True, "dataset_name": MODEL}, "--streaming needs --max_train_steps"),
@@ -423,6 +424,12 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
     ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
     ("finetune", ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--task", "token-classification"], "data"),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--learning_rate", "nan"],
+        "--learning_rate must be a finite number, got nan",
+    ),
+    ("pretrain", ["--output_dir", "OUT", "--weight_decay", "inf"], "--weight_decay must be a finite number, got inf"),
     ("train_tokenizer", ["--output_dir", "OUT", "--vocab_size", "100"], "--vocab_size"),
     ("train_tokenizer", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
     ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import math
 import os
 import types
 import typing
@@ -31,7 +32,14 @@ class FlagConfig:
     declares."""
 
     def __post_init__(self) -> None:
-        """Subclasses check their fields here, raising `ValueError`s that name the flag."""
+        """Subclasses check their fields here (calling this first), raising `UsageError`s that name the flag. Here:
+        every number is finite (`--learning_rate nan` reached the optimizer's traceback, `--weight_decay inf` a
+        model of NaNs saved as if trained)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            for number in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(number, float) and not math.isfinite(number):
+                    raise UsageError(f"--{field.name} must be a finite number, got {number}.")
 
 
 def check_positive(config: FlagConfig, *names: str) -> None:
