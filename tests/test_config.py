@@ -25,6 +25,9 @@ import sinusoidal_encoder as se
         ("hidden_act", "not_an_activation"),
         ("position_encoding_base", 0.0),
         ("position_encoding_base", -10000.0),
+        ("position_encoding_base", float("inf")),  # every frequency but the first 0
+        ("initializer_range", float("inf")),  # a model of NaNs, trained and saved
+        ("layer_norm_eps", float("nan")),
         ("hidden_dropout_prob", 1.0),
         ("hidden_dropout_prob", -0.1),
         ("attention_probs_dropout_prob", 1.5),

@@ -430,6 +430,11 @@ BAD_INPUT = [
         "--learning_rate must be a finite number, got nan",
     ),
     ("pretrain", ["--output_dir", "OUT", "--weight_decay", "inf"], "--weight_decay must be a finite number, got inf"),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--config_overrides", "vocab_size=2"],
+        "The model's vocabulary (2) is smaller than the tokenizer's (16384): leave vocab_size out",
+    ),
     ("train_tokenizer", ["--output_dir", "OUT", "--vocab_size", "100"], "--vocab_size"),
     ("train_tokenizer", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
     ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),

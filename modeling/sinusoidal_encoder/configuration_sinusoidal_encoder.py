@@ -231,8 +231,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
                 raise ValueError(f"`{name}` must be a probability in [0, 1), got {value!r}.")
         for name in ("layer_norm_eps", "initializer_range"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"`{name}` must be a positive finite number, got {value!r}.")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"`pad_token_id` must lie in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}.")
 

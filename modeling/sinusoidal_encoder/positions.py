@@ -316,7 +316,7 @@ POSITION_PARAMETERS: dict[str, Callable[[Any], str | None]] = {
     "position_range": lambda v: None if _is_int(v) and v > 0 else "a positive integer",
     "position_seed": lambda v: None if _is_int(v) and v >= 0 else "a non-negative integer",
     "position_inference": lambda v: None if v in ("draw", "evenly_spaced") else "one of ['draw', 'evenly_spaced']",
-    "position_encoding_base": lambda v: None if _is_number(v) and v > 0 else "a positive number",
+    "position_encoding_base": lambda v: None if _is_number(v) and 0 < v < float("inf") else "a positive finite number",
     "partial_rotary_factor": lambda v: None if _is_number(v) and 0 < v <= 1 else "a number in (0, 1]",
 }
 

@@ -203,11 +203,15 @@ class MaskedLMTask(TrainingTask):
         return describe_evaluation(metrics)
 
 
-def check_vocabulary(model: transformers.PreTrainedModel, tokenizer_size: int) -> None:
-    """A `UsageError` unless the vocabulary of `model` covers the tokenizer's."""
-    if model.config.vocab_size < tokenizer_size:
+def check_vocabulary(model: transformers.PreTrainedModel | transformers.PretrainedConfig, tokenizer_size: int) -> None:
+    """A `UsageError` unless the vocabulary of `model` (a model or its config) covers the tokenizer's: a token id
+    past it has no embedding (an IndexError in the first step)."""
+    vocab_size = getattr(model, "config", model).vocab_size
+    if vocab_size < tokenizer_size:
         raise UsageError(
-            f"The model's vocabulary ({model.config.vocab_size}) is smaller than the tokenizer's ({tokenizer_size})."
+            f"The model's vocabulary ({vocab_size}) is smaller than the tokenizer's ({tokenizer_size}): leave "
+            "vocab_size out of --config_overrides (a new model takes the tokenizer's), or give the model's own "
+            "tokenizer."
         )
 
 
@@ -225,6 +229,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         check_vocabulary(model, len(tokenizer))
     else:
         model_config = build_model_config(config, tokenizer)
+        check_vocabulary(model_config, len(tokenizer))
     claim_output_folder(accelerator, config, MaskedLMTask.name)  # before the data: the folder, a resume's settings
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
