@@ -443,6 +443,7 @@ BAD_INPUT = [
     ("distill", ["./outputs/nope", "--output_dir", "OUT"], "MODEL './outputs/nope': no such file or folder"),
     ("distill", [MODEL, "--output_dir", "OUT", "--teacher", "Some/model"], "--teacher 'Some/model' is not a local"),
     ("distill", [MODEL, "--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
+    ("distill", [MODEL, "--output_dir", "OUT", "--max_seq_length", "2"], "--max_seq_length (2) cuts every sentence"),
     ("publish", ["./outputs/nope", "--hub_model_id", "me/x"], "is not a folder"),
     ("publish", [".", "--hub_model_id", "me/x", "--dry_run"], "is not an exported model folder"),
 ]

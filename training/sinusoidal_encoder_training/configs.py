@@ -989,6 +989,11 @@ class DistillationConfig(DataConfig):
         )
         if self.min_words > self.max_words:
             raise UsageError(f"--min_words ({self.min_words}) is larger than --max_words ({self.max_words}).")
+        if self.max_seq_length < self.min_words + 2:  # --max_seq_length 2 taught every sentence one embedding
+            raise UsageError(
+                f"--max_seq_length ({self.max_seq_length}) cuts every sentence of --min_words ({self.min_words}) "
+                f"words: give at least {self.min_words + 2} (a token per word, [CLS] and [SEP])."
+            )
         if self.learning_rate <= 0:
             raise UsageError(f"--learning_rate must be positive, got {self.learning_rate}.")
         if not 0 <= self.warmup_ratio < 1:
