@@ -436,6 +436,12 @@ BAD_INPUT = [
         "The model's vocabulary (2) is smaller than the tokenizer's (16384): leave vocab_size out",
     ),
     ("train_tokenizer", ["--output_dir", "OUT", "--vocab_size", "100"], "--vocab_size"),
+    (  # the trainer's allocation failed in Rust: an abort (status 134) without a word of Python
+        "train_tokenizer",
+        ["--output_dir", "OUT", "--vocab_size", str(10**15)],
+        "--vocab_size 1,000,000,000,000,000: the tokenizer trainer reserves memory for every token asked",
+    ),
+    ("train_tokenizer", ["--output_dir", "OUT", "--model_max_length", "0"], "--model_max_length must be a positive"),
     ("train_tokenizer", ["--output_dir", "OUT", "--train_file", "missing.txt"], "--train_file"),
     ("fill_mask", ["./outputs/nope", "A [MASK] test."], "no such file or folder"),
     ("export_onnx", ["./outputs/nope"], "no such file or folder"),

@@ -710,6 +710,25 @@ class TokenizerTrainingConfig(DataConfig):
             )
         if self.vocab_size <= len(SPECIAL_TOKENS) + 256:
             raise UsageError(f"--vocab_size must exceed {len(SPECIAL_TOKENS) + 256} (specials and the 256 bytes).")
+        reserved, memory = self.vocab_size * TRAINER_BYTES_PER_TOKEN, physical_memory()
+        if memory is not None and reserved > memory:  # the trainer's allocation fails in Rust: an abort, no message
+            raise UsageError(
+                f"--vocab_size {self.vocab_size:,}: the tokenizer trainer reserves memory for every token asked "
+                f"(about {reserved / 1e9:,.0f} GB), more than this machine's {memory / 1e9:,.0f} GB; vocabularies in "
+                "use hold 30,000 to 260,000 tokens."
+            )
+        check_positive(self, "model_max_length")
+
+
+TRAINER_BYTES_PER_TOKEN = 56  # what the `tokenizers` BPE trainer reserves per token of --vocab_size (0.23: 56.7)
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 # what a folder written by this command holds: a folder of only these (with its training_args.json) is retrained
