@@ -194,6 +194,23 @@ def test_a_missing_text_is_one_line_naming_the_row(tmp_path, monkeypatch, capsys
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
+def test_token_classification_needs_every_word_as_text(tmp_path, tokenizer, monkeypatch, capsys):
+    """A null among a row's words ended in the tokenizer's TypeError (found 2026-11-27)."""
+    from sinusoidal_encoder_training import finetuning
+
+    rows = [{"tokens": ["Ada", "wrote", "code"], "tags": ["B-PER", "O", "O"]}] * 3
+    train = jsonl(tmp_path / "train.jsonl", [*rows, {"tokens": ["Grace", None], "tags": ["B-PER", "O"]}])
+    folder = model_folder(tmp_path, tokenizer)
+    argv = ["--task", "token-classification", "--model_name_or_path", folder, "--train_file", train]
+    argv += ["--validation_file", jsonl(tmp_path / "valid.jsonl", rows), "--output_dir", tmp_path / "out"]
+    status, _, err = run_command(finetuning.main, "finetune.py", argv, monkeypatch, capsys)
+    last = err.strip().splitlines()[-1]
+    assert status == 2 and "Traceback" not in err, err
+    assert last == f"finetune.py: error: --train_file {str(train)!r}, row 4: 'tokens' holds None among its words: " + (
+        "give every word as text."
+    ), last
+
+
 def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
     """Issue 42: a row whose tags are shorter than its words raised IndexError in finetuning.py."""
     from sinusoidal_encoder_training import finetuning

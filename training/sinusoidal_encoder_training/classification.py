@@ -160,6 +160,11 @@ def check_one_tag_per_word(raw: datasets.DatasetDict, text_col: str, label_col: 
                     f"{where}, row {row}: {text_col!r} holds {type(words).__name__}, not a list of words: token "
                     "classification takes one list of words and one list of tags per row."
                 )
+            if not all(isinstance(word, str) for word in words):
+                odd = next(word for word in words if not isinstance(word, str))
+                raise UsageError(
+                    f"{where}, row {row}: {text_col!r} holds {odd!r} among its words: give every word as text."
+                )
             if len(words) != len(tags):
                 raise UsageError(
                     f"{where}, row {row}: {len(words)} words in {text_col!r} and {len(tags)} tags in {label_col!r}: "
