@@ -185,7 +185,7 @@ def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, described
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "prepared"))
     paths = {"TRAIN": tmp_path / "train.txt", "VALID": tmp_path / "dev.txt", "LOCAL": tmp_path / "my_data"}
     for path in paths.values():
-        path.write_text("some text\n") if path.suffix else path.mkdir()
+        path.write_text("some text\n" * 40) if path.suffix else path.mkdir()  # enough rows to hold some out
     data = {key: str(paths.get(value, value)) if value in paths else value for key, value in data.items()}
     config = pretraining.PretrainingConfig(output_dir=str(tmp_path / "out"), **data)
     if described is not None:
