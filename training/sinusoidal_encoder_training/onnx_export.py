@@ -110,7 +110,8 @@ def export_onnx(
     input_axes: Sequence[str] = ("batch", "sequence"),
 ) -> str:
     """Write `model` to `path` as ONNX (torch.onnx's dynamo exporter): inputs `input_ids` and `attention_mask` with
-    the dynamic axes `input_axes` (a task's, `tasks.Task.input_axes`), the outputs named `outputs`."""
+    the dynamic axes `input_axes` (a task's, `tasks.Task.input_axes`), the outputs named `outputs`, in opset `opset`
+    (a `UsageError`, the files removed, when the exporter could not convert the graph to it)."""
     model = model.eval()
     if model.config.vocab_size < 3:
         raise UsageError(f"`vocab_size` must be at least 3 to trace an example input, got {model.config.vocab_size}.")
@@ -158,7 +159,7 @@ def check_onnx(
 ) -> float:
     """Largest difference between onnxruntime and PyTorch over the `outputs`, on padded batches of several lengths
     (3 rows, and 3 choices where the task has them), at real tokens (every row of outputs without a sequence axis,
-    such as a classifier's logits); raises `ValueError` past `atol`."""
+    such as a classifier's logits); a `UsageError` past `atol`, or when onnxruntime cannot load the graph."""
     import onnxruntime
 
     try:
