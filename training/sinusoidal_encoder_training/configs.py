@@ -23,6 +23,7 @@ from .arguments import FlagConfig, check_model_source, check_positive, check_see
 from .checkpoints import checkpoint_damage
 from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
+from .run_folder import existing_parent
 from .tasks import EXPORTED, FINETUNED
 
 LR_SCHEDULERS = Literal[
@@ -700,9 +701,7 @@ class TokenizerTrainingConfig(DataConfig):
             problem = tokenizer_folder_problem(self.output_dir)
             if problem is not None:
                 raise UsageError(problem)
-        folder = os.path.abspath(self.output_dir)
-        while not os.path.exists(folder):
-            folder = os.path.dirname(folder)
+        folder = existing_parent(self.output_dir)
         failure = creation_failure(folder) if os.path.isdir(folder) else None
         if failure is not None:
             raise UsageError(
@@ -862,9 +861,7 @@ def check_output(path: str, name: str, overwrite: bool) -> None:
                 f" (with its weights, {weights!r})" if os.path.lexists(weights) else ""
             )
         raise UsageError(f"{found}: pass --overwrite to replace it, or choose another --output.")
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
+    parent = existing_parent(os.path.dirname(os.path.abspath(path)))
     if not os.path.isdir(parent):
         raise UsageError(f"{name} {path!r} cannot be written: {parent!r} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):

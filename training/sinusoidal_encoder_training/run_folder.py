@@ -167,7 +167,7 @@ def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool)
                 "or --overwrite_output_dir to start again from scratch (its files are removed), or choose another "
                 "--output_dir."
             )
-    parent = output_dir if os.path.isdir(output_dir) else _existing_parent(output_dir)
+    parent = output_dir if os.path.isdir(output_dir) else existing_parent(output_dir)
     if not os.path.isdir(parent):
         return f"--output_dir {output_dir}: {parent} is a file, not a folder: choose a folder."
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -179,7 +179,8 @@ def _listing(folder: str) -> list[str]:
     return os.listdir(folder) if os.path.isdir(folder) else []
 
 
-def _existing_parent(path: str) -> str:
+def existing_parent(path: str) -> str:
+    """`path` made absolute, or its nearest ancestor that exists."""
     path = os.path.abspath(path)
     while not os.path.exists(path):
         path = os.path.dirname(path)
