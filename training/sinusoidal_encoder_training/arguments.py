@@ -40,6 +40,67 @@ class FlagConfig:
             for number in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(number, float) and not math.isfinite(number):
                     raise UsageError(f"--{field.name} must be a finite number, got {number}.")
+        check_reads_kept(self)
+
+    def read_paths(self) -> dict[str, str]:
+        """The local files and folders this run reads, each by what names it (`"--train_file data/train.txt"`):
+        every field whose metadata has `"reads": True` and whose value is a path here (an unset flag, a preset or a
+        Hub id is not)."""
+        reads = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.metadata.get("reads") and isinstance(value, str) and os.path.exists(value):
+                reads[f"{flag_name(field)} {value}"] = value
+        return reads
+
+    def cleared_paths(self) -> list[Cleared]:
+        """What this run will empty or replace before or while it writes: for every switch set whose metadata has
+        `"clears": NAME`, the folder of the field NAME (which the switch empties). Commands that replace files
+        without such a switch say so by overriding this."""
+        return [
+            Cleared(
+                f"--{field.name} would empty", getattr(self, field.metadata["clears"]), f"--{field.metadata['clears']}"
+            )
+            for field in dataclasses.fields(self)
+            if field.metadata.get("clears") and getattr(self, field.name)
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleared:
+    """A path a run empties or replaces, what makes it do so (`"--overwrite_output_dir would empty"`), and the flag
+    that names the path (`"--output_dir"`)."""
+
+    why: str
+    path: str
+    flag: str
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    """How the command line names a field: `--name`, or the metavar (or the upper-case name) of a positional one."""
+    if field.metadata.get("positional"):
+        return field.metadata.get("metavar", field.name.upper())
+    return f"--{field.name}"
+
+
+def check_reads_kept(config: FlagConfig) -> None:
+    """The rule that nothing a run reads is deleted or changed by that run: a `UsageError`, before any work, when a
+    path the run empties or replaces (`cleared_paths`) is, or holds, a path it reads (`read_paths`: the model or
+    tokenizer it starts from, a data file, the checkpoint it resumes). Paths are compared as the system resolves
+    them (links followed), so another spelling of the same folder is caught too."""
+    reads = config.read_paths()
+    for cleared in config.cleared_paths():
+        target = os.path.realpath(cleared.path)
+        for what, path in reads.items():
+            read = os.path.realpath(path)
+            if read != target and not read.startswith(target.rstrip(os.sep) + os.sep):
+                continue
+            relation = "is" if read == target else "holds"
+            resume = ", or drop the switch to resume" if "--resume_from_checkpoint" in what else ""
+            raise UsageError(
+                f"{cleared.why} {cleared.flag} {cleared.path}, which {relation} {what}, read by this run: nothing "
+                f"was changed; choose another {cleared.flag}{resume}, or move what it reads elsewhere first."
+            )
 
 
 def check_positive(config: FlagConfig, *names: str) -> None:

@@ -19,8 +19,8 @@ import re
 import tempfile
 from typing import Any, Literal
 
-from .arguments import FlagConfig, check_model_source, check_positive, check_seeds, redefault
-from .checkpoints import checkpoint_damage
+from .arguments import Cleared, FlagConfig, check_model_source, check_positive, check_seeds, redefault
+from .checkpoints import checkpoint_damage, resolve_checkpoint
 from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
 from .run_folder import existing_parent
@@ -52,7 +52,8 @@ class OutputConfig(FlagConfig):
         default=False,
         metadata={
             "help": "Empty --output_dir first when it holds other files (another run's, a model's, your own): "
-            "without it such a folder is refused."
+            "without it such a folder is refused. Refused itself when the folder holds what the run reads.",
+            "clears": "output_dir",
         },
     )
     eval_steps: int | None = dataclasses.field(
@@ -71,7 +72,8 @@ class OutputConfig(FlagConfig):
         default=None,
         metadata={
             "help": "'latest' (the newest complete checkpoint in output_dir/checkpoints, or a fresh start if there "
-            "is none) or the path of a checkpoint folder."
+            "is none) or the path of a checkpoint folder.",
+            "reads": True,
         },
     )
     with_tracking: bool = dataclasses.field(
@@ -108,6 +110,15 @@ class OutputConfig(FlagConfig):
                     f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is damaged: {damage}. Pass another "
                     "checkpoint, or 'latest' for the newest whole one."
                 )
+
+    def read_paths(self) -> dict[str, str]:
+        """What `FlagConfig.read_paths` says, and the checkpoint `--resume_from_checkpoint latest` resumes (the
+        newest whole one in --output_dir), when there is one."""
+        reads = super().read_paths()
+        latest = resolve_checkpoint(self.output_dir, "latest") if self.resume_from_checkpoint == "latest" else None
+        if latest is not None:
+            reads[f"the checkpoint --resume_from_checkpoint latest resumes ({latest})"] = latest
+        return reads
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -208,16 +219,17 @@ class DataConfig(FlagConfig):
     _argument_group_name = "data (with no data flag: the built-in offline corpus)"
 
     dataset_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'."}
+        default=None, metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'.", "reads": True}
     )
     dataset_config_name: str | None = dataclasses.field(
         default=None, metadata={"help": "The configuration of --dataset_name, e.g. 'wikitext-103-raw-v1'."}
     )
     train_file: str | None = dataclasses.field(
-        default=None, metadata={"help": "A local training file: .txt, .json/.jsonl, .csv or .parquet."}
+        default=None,
+        metadata={"help": "A local training file: .txt, .json/.jsonl, .csv or .parquet.", "reads": True},
     )
     validation_file: str | None = dataclasses.field(
-        default=None, metadata={"help": "A local validation file, same formats as --train_file."}
+        default=None, metadata={"help": "A local validation file, same formats as --train_file.", "reads": True}
     )
     validation_split_percentage: int = dataclasses.field(
         default=5,
@@ -427,7 +439,10 @@ class PretrainingConfig(DataConfig, TrainingConfig):
 
     config_name: str = dataclasses.field(
         default="small",
-        metadata={"help": f"A size preset ({', '.join(MODEL_SIZES)}), or a config file, folder or Hub id."},
+        metadata={
+            "help": f"A size preset ({', '.join(MODEL_SIZES)}), or a config file, folder or Hub id.",
+            "reads": True,
+        },
     )
     config_overrides: str | None = dataclasses.field(
         default=None,
@@ -437,10 +452,11 @@ class PretrainingConfig(DataConfig, TrainingConfig):
         },
     )
     model_name_or_path: str | None = dataclasses.field(
-        default=None, metadata={"help": "Continue pretraining this model (folder or Hub id)."}
+        default=None, metadata={"help": "Continue pretraining this model (folder or Hub id).", "reads": True}
     )
     tokenizer_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the shipped tokenizer_config/)."}
+        default=None,
+        metadata={"help": "Tokenizer folder or Hub id (default: the shipped tokenizer_config/).", "reads": True},
     )
     max_seq_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per packed training block."})
     mlm_probability: float = dataclasses.field(
@@ -542,10 +558,10 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         default="text-classification", metadata={"help": "What to fine-tune for.", "choices": FINETUNED}
     )
     model_name_or_path: str = dataclasses.field(
-        metadata={"help": "A sinusoidal-encoder folder or Hub id (pretrained or not)."}
+        metadata={"help": "A sinusoidal-encoder folder or Hub id (pretrained or not).", "reads": True}
     )
     tokenizer_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's)."}
+        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's).", "reads": True}
     )
     text_pair_column_name: str | None = dataclasses.field(
         default=None, metadata={"help": "Second text of a pair (sequence classification)."}
@@ -690,7 +706,9 @@ class TokenizerTrainingConfig(DataConfig):
         default=False,
         metadata={
             "help": "Empty --output_dir first when it holds other files than a tokenizer this command trained (a "
-            "model folder, your own files): without it such a folder is refused."
+            "model folder, your own files): without it such a folder is refused. Refused itself when the folder "
+            "holds the data the run reads.",
+            "clears": "output_dir",
         },
     )
 
@@ -782,7 +800,9 @@ class OnnxExportConfig(FlagConfig):
     The settings of the export, with `output_path` derived (MODEL/model.onnx for a local folder by default).
     """
 
-    model: str = dataclasses.field(metadata={"help": "A saved model folder (or Hub id).", "positional": True})
+    model: str = dataclasses.field(
+        metadata={"help": "A saved model folder (or Hub id).", "positional": True, "reads": True}
+    )
     task: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -816,6 +836,25 @@ class OnnxExportConfig(FlagConfig):
         if self.output is None and not os.path.isdir(self.model):
             raise UsageError("--output is needed when the model is not a local folder.")
         check_output(self.output_path, "--output" if self.output else "the output", self.overwrite)
+
+    def read_paths(self) -> dict[str, str]:
+        """What `FlagConfig.read_paths` says, and each file of the model folder but its ONNX exports: what
+        `--overwrite` may replace is only an export (`--output MODEL/model.safetensors` would be the weights)."""
+        reads = super().read_paths()
+        if os.path.isdir(self.model):
+            for name in sorted(os.listdir(self.model)):
+                if not name.endswith((".onnx", ".onnx.data")) and name != "onnx":
+                    reads[f"MODEL's {name}"] = os.path.join(self.model, name)
+        return reads
+
+    def cleared_paths(self) -> list[Cleared]:
+        """The export and its weights file, which `--overwrite` replaces."""
+        if not self.overwrite:
+            return []
+        return [
+            Cleared("--overwrite would replace", path, "--output")
+            for path in (self.output_path, self.output_path + ".data")
+        ]
 
     @property
     def output_path(self) -> str:
@@ -894,7 +933,11 @@ class FillMaskConfig(FlagConfig):
     """
 
     model: str = dataclasses.field(
-        metadata={"help": "A model folder or Hub id with a masked-LM head and a tokenizer.", "positional": True}
+        metadata={
+            "help": "A model folder or Hub id with a masked-LM head and a tokenizer.",
+            "positional": True,
+            "reads": True,
+        }
     )
     texts: list[str] = dataclasses.field(
         default_factory=list,
@@ -942,6 +985,7 @@ class DistillationConfig(DataConfig):
             "help": "The student: a folder exported by this package (or a Hub id).",
             "positional": True,
             "metavar": "MODEL",
+            "reads": True,
         }
     )
     output_dir: str = dataclasses.field(
@@ -950,7 +994,8 @@ class DistillationConfig(DataConfig):
     teacher: str = dataclasses.field(
         default=DEFAULT_TEACHER,
         metadata={
-            "help": f"A SentenceTransformer Hub id or folder whose embeddings the student learns ({DEFAULT_TEACHER})."
+            "help": f"A SentenceTransformer Hub id or folder whose embeddings the student learns ({DEFAULT_TEACHER}).",
+            "reads": True,
         },
     )
     seed: int = dataclasses.field(
@@ -1024,9 +1069,8 @@ class DistillationConfig(DataConfig):
             check_model_source("--teacher", self.teacher)  # the packaged copy is checked when it is used
         if os.path.exists(self.output_dir) and not os.path.isdir(self.output_dir):
             raise UsageError(f"--output_dir {self.output_dir} is a file, not a folder: choose a folder.")
-        student, output = self.model_name_or_path, self.output_dir
-        if os.path.isdir(output) and os.path.isdir(student) and os.path.samefile(output, student):
-            raise UsageError(
-                f"--output_dir {self.output_dir} is the student folder MODEL: choose another folder (the student "
-                "would be overwritten)."
-            )
+
+    def cleared_paths(self) -> list[Cleared]:
+        """The output folder, whose model files the run replaces (a teacher or a student there would be
+        overwritten)."""
+        return [Cleared("distillation writes its model into", self.output_dir, "--output_dir")]

@@ -1,0 +1,133 @@
+"""What a run reads is never deleted or changed by that run: a switch that empties or replaces a folder or file
+(`--overwrite_output_dir`, the export's `--overwrite`) and the folder distillation writes into are refused, in one
+line and before anything is touched, when they are or hold what the run reads: the model or tokenizer it starts
+from, a data file, the checkpoint it resumes (`arguments.check_reads_kept`, called by every configuration)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+from conftest import folder_digest, run_command, tiny_config, write_text_corpus
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder_training.command_line import UsageError
+
+
+def model_folder(folder, tokenizer):
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def rows_file(path):
+    rows = [{"text": f"passage {i} about {word}", "label": word} for i, word in enumerate(["x", "y"] * 10)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def command(name, tmp_path, tokenizer):
+    """(main, program, argv, the folder that must be kept, what the line names) of a command whose switch would
+    clear what it reads."""
+    from sinusoidal_encoder_training import distillation, finetuning, onnx_export, pretraining, tokenizer_training
+
+    out = tmp_path / "out"
+    if name == "finetune into its model folder":
+        model = model_folder(out, tokenizer)
+        argv = ["--model_name_or_path", model, "--output_dir", model, "--overwrite_output_dir"]
+        return finetuning.main, "finetune.py", argv, model, f"which is --model_name_or_path {model}"
+    if name == "finetune, data in the output folder":
+        model = model_folder(tmp_path / "model", tokenizer)
+        data = rows_file(out / "rows.jsonl")
+        argv = ["--model_name_or_path", model, "--train_file", data, "--output_dir", out, "--overwrite_output_dir"]
+        return finetuning.main, "finetune.py", argv, out, f"which holds --train_file {data}"
+    train, validation = write_text_corpus(tmp_path / "corpus")
+    data = ["--train_file", train, "--validation_file", validation]
+    if name == "pretrain from a model in the output folder":
+        model = model_folder(out / "start", tokenizer)
+        argv = [*data, "--model_name_or_path", model, "--output_dir", out, "--overwrite_output_dir"]
+        return pretraining.main, "pretrain.py", argv, out, f"which holds --model_name_or_path {model}"
+    if name == "pretrain with a tokenizer in the output folder":
+        tokenizer.save_pretrained(out / "tokenizer")
+        argv = [*data, "--tokenizer_name", out / "tokenizer", "--output_dir", out, "--overwrite_output_dir"]
+        return pretraining.main, "pretrain.py", argv, out, "which holds --tokenizer_name"
+    if name == "pretrain, the output folder another name of the data's":
+        link = tmp_path / "link"
+        os.symlink(tmp_path / "corpus", link)
+        argv = [*data, "--output_dir", link, "--overwrite_output_dir"]
+        return pretraining.main, "pretrain.py", argv, tmp_path / "corpus", f"which holds --train_file {train}"
+    if name == "pretrain resuming the checkpoint it would delete":
+        checkpoint = out / "checkpoints" / "step_2"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "manifest.json").write_text("{}")
+        argv = [*data, "--output_dir", out, "--overwrite_output_dir", "--resume_from_checkpoint", "latest"]
+        return pretraining.main, "pretrain.py", argv, out, "the checkpoint --resume_from_checkpoint latest resumes"
+    if name == "train a tokenizer on data in its output folder":
+        corpus = out / "corpus.txt"
+        out.mkdir()
+        corpus.write_text(train.read_text())
+        argv = ["--train_file", corpus, "--output_dir", out, "--overwrite_output_dir"]
+        return tokenizer_training.main, "train_tokenizer.py", argv, out, f"which holds --train_file {corpus}"
+    if name == "export over the model's weights":
+        model = model_folder(out, tokenizer)
+        argv = [model, "--output", model / "model.safetensors", "--overwrite"]
+        return onnx_export.main, "export_onnx.py", argv, model, "which is MODEL's model.safetensors"
+    if name == "distill into the teacher's folder":
+        student = model_folder(tmp_path / "student", tokenizer)
+        teacher = model_folder(out, tokenizer)
+        argv = [student, "--teacher", teacher, "--output_dir", teacher]
+        return distillation.main, "distill.py", argv, teacher, f"which is --teacher {teacher}"
+    raise AssertionError(name)
+
+
+NAMES = [
+    "finetune into its model folder",
+    "finetune, data in the output folder",
+    "pretrain from a model in the output folder",
+    "pretrain with a tokenizer in the output folder",
+    "pretrain, the output folder another name of the data's",
+    "pretrain resuming the checkpoint it would delete",
+    "train a tokenizer on data in its output folder",
+    "export over the model's weights",
+    "distill into the teacher's folder",
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_run_never_clears_what_it_reads(name, tmp_path, tokenizer, monkeypatch, capsys):
+    main, program, argv, kept, named = command(name, tmp_path, tokenizer)
+    before = folder_digest(kept)
+    status, out, err = run_command(main, program, argv, monkeypatch, capsys)
+    assert status == 2, out + err
+    assert named in err and "read by this run: nothing was changed" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert folder_digest(kept) == before
+
+
+def test_what_a_run_does_not_read_may_still_be_cleared(tmp_path, tokenizer):
+    """The rule refuses only what is read: a re-export over the folder's own model.onnx, `--overwrite_output_dir`
+    on a folder holding a model the run does not start from, and `--resume_from_checkpoint latest` with no
+    checkpoint to resume are built."""
+    from sinusoidal_encoder_training.configs import OnnxExportConfig, PretrainingConfig
+
+    model = model_folder(tmp_path / "model", tokenizer)
+    (model / "model.onnx").write_bytes(b"an earlier export")
+    OnnxExportConfig(model=str(model), overwrite=True)
+    train, _ = write_text_corpus(tmp_path / "corpus")
+    for resume in (None, "latest"):
+        PretrainingConfig(
+            output_dir=str(model), overwrite_output_dir=True, train_file=str(train), resume_from_checkpoint=resume
+        )
+
+
+def test_the_rule_is_the_configurations_so_the_python_api_keeps_it(tmp_path, tokenizer):
+    from sinusoidal_encoder_training.configs import FinetuningConfig
+
+    model = model_folder(tmp_path / "model", tokenizer)
+    spelled = str(model) + "/./"
+    with pytest.raises(UsageError, match=re.escape("--overwrite_output_dir would empty --output_dir")):
+        FinetuningConfig(model_name_or_path=str(model), output_dir=spelled, overwrite_output_dir=True)
