@@ -259,3 +259,53 @@ def test_the_files_copied_into_hub_repositories_name_no_path_of_this_repository(
         for line, path in named_paths(file.read_text(encoding="utf-8"))
     ]
     assert not found, found
+
+
+# the main job's pages: where its minutes are stated (prose, a "not run" comment, the script's header)
+MAIN_JOB_PAGES = ("README.md", "docs/*.md", "scripts/*.sh")
+MAIN_JOB = re.compile(r"main job|pretrain\.sh|pretrains the")
+MINUTES = re.compile(rf"{NUMBER}(?: to {NUMBER})?\s?minutes?\b")
+
+
+def main_job_time_statements(text: str) -> list[tuple[int, str]]:
+    """(line, text) of every paragraph, HTML comment or comment block of a page that states a time in minutes of the
+    main job (minutes within 100 characters after the job is named) without naming bf16, on which that time
+    depends."""
+    found = []
+    chunks = re.split(r"\n\s*\n|(?=<!--)|(?<=-->)", text)
+    line = 1
+    for chunk in chunks:
+        flat = " ".join(chunk.split())
+        job = [match.end() for match in MAIN_JOB.finditer(flat)]
+        timed = any(0 <= match.start() - end <= 100 for match in MINUTES.finditer(flat) for end in job)
+        if timed and "bf16" not in chunk:
+            found.append((line, " ".join(chunk.split())[:120]))
+        line += chunk.count("\n")
+    return found
+
+
+def test_the_main_jobs_minutes_say_that_they_depend_on_bf16_arithmetic():
+    """The main job trains in bf16 where the CPU has bf16 arithmetic and in float32 elsewhere, and takes about three
+    times as long without it (9 against 28.5 minutes on 2 CPU cores, 2026-11-27): every statement of its minutes
+    says on which, or gives both."""
+    problems = []
+    for file in sorted({file for pattern in MAIN_JOB_PAGES for file in REPO.glob(pattern)}):
+        if file.name == "changelog.md":
+            continue
+        for line, text in main_job_time_statements(file.read_text(encoding="utf-8")):
+            problems.append(f"{file.relative_to(REPO)}:~{line}: {text}")
+    assert not problems, "the main job's minutes without the bf16 arithmetic they depend on:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "flagged"),
+    [
+        ("<!-- not run: the main job, about 9 minutes on 2 CPU cores -->", True),
+        ("<!-- not run: the main job, 9 to 29 minutes on 2 CPU cores, by bf16 arithmetic -->", False),
+        ("It pretrains the model (about 9 minutes with the setup on 2 CPU cores, 2026-11-26).", True),
+        ("The length study took 40 minutes on 2 CPU cores (2026-11-26).", False),
+        ("<!-- not run: the distillation takes about 30 minutes on 2 CPU cores, after the main job -->", False),
+    ],
+)
+def test_main_job_times_without_bf16_are_found(text, flagged):
+    assert bool(main_job_time_statements(text)) == flagged
