@@ -11,6 +11,8 @@ from itertools import chain
 from typing import Any
 
 import datasets
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
@@ -20,9 +22,14 @@ from .corpus import load_builtin_corpus
 from .resources import SHIPPED_TOKENIZER  # noqa: F401  (where the stages import it from)
 
 
-def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+def load_raw_datasets(
+    config: DataConfig, seed: int, numbers: bool = False
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
     """The corpus as "train" and "validation" splits, from the Hub, local files, or the built-in corpus; `seed` draws
-    the validation split of a dataset without one."""
+    the validation split of a dataset without one. With `numbers` (a command that reads the numeric columns:
+    fine-tuning's labels and targets), a NaN or infinite number in the splits as loaded is refused
+    (`check_finite_numbers`), before the training split is divided, so that its rows are the file's. Commands that
+    read one text column (pretraining, tokenizer training, distillation) leave the other columns alone."""
     if config.dataset_name is None and config.train_file is None:
         return load_builtin_corpus()
     if config.dataset_name is not None:
@@ -38,6 +45,10 @@ def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | d
         raise UsageError(f"Could not load {_source_flag(config)}: {type(error).__name__}: {error}") from error
     if "train" not in raw:
         raise UsageError(f"The dataset has no 'train' split (it has {list(raw)}).")
+    if numbers and not config.streaming:
+        for split in ("train", "validation"):
+            if split in raw:
+                check_finite_numbers(raw[split], _split_source(config, split))
     if "validation" in raw:
         return type(raw)({"train": raw["train"], "validation": raw["validation"]})
     if config.streaming:
@@ -53,6 +64,69 @@ def load_raw_datasets(config: DataConfig, seed: int) -> datasets.DatasetDict | d
 def _source_flag(config: DataConfig) -> str:
     """The flag that named the corpus, with its value."""
     return f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
+
+
+def _split_source(config: DataConfig, split: str) -> str:
+    """Where a split as loaded comes from: its file (flag and path), or the split of the Hub dataset."""
+    if config.dataset_name:
+        return f"--dataset_name {config.dataset_name!r}, split {split!r},"
+    flag = "--train_file" if split == "train" else "--validation_file"
+    return f"{flag} {getattr(config, flag[2:])!r},"
+
+
+FINITE_CHECK_ROWS = 10_000_000  # rows of each split that `check_finite_numbers` reads
+FINITE_CHECK_SLICE = 100_000  # rows read at once
+
+
+def check_finite_numbers(dataset: datasets.Dataset, source: str) -> None:
+    """A `UsageError` naming `source` (the file or split), the row (from 1, a CSV header not counted) and the column
+    when a number of `dataset` is NaN or infinite, in a column of numbers, a list of them or a nested field: a
+    regression target of NaN trains a model of NaNs, a label of NaN becomes a class named "nan". (A missing value,
+    null, is not refused here: the tasks say what they need.) Only columns whose type holds floats are read, with
+    Arrow's vectorised `is_finite`, in slices of `FINITE_CHECK_SLICE` rows; the scan is bounded to the first
+    `FINITE_CHECK_ROWS` rows of the split (about a second per ten million numbers): past them, a non-finite value
+    is left to the training loop, which stops at a non-finite loss."""
+    table = dataset.with_format("arrow")
+    columns = [name for name in dataset.column_names if _holds_floats(dataset.data.schema.field(name).type)]
+    for start in range(0, min(len(dataset), FINITE_CHECK_ROWS) if columns else 0, FINITE_CHECK_SLICE):
+        rows = table[start : min(start + FINITE_CHECK_SLICE, FINITE_CHECK_ROWS)]
+        for name in columns:
+            found = _first_non_finite(rows.column(name).combine_chunks())
+            if found is not None:
+                row = start + found
+                value = repr(dataset[row][name])
+                value = value if len(value) <= 60 else value[:57] + "..."
+                raise UsageError(
+                    f"{source} row {row + 1}, column {name!r} is {value}: NaN and infinity are not numbers a "
+                    "model can learn from; fix the value or remove the row."
+                )
+
+
+def _holds_floats(kind: pa.DataType) -> bool:
+    """Whether an Arrow type holds floating-point numbers, itself or in its lists or fields."""
+    if pa.types.is_floating(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _holds_floats(kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_holds_floats(kind.field(i).type) for i in range(kind.num_fields))
+    return False
+
+
+def _first_non_finite(array: pa.Array) -> int | None:
+    """The position of the first value of `array` that is, or holds, a NaN or an infinity; None when none does."""
+    kind = array.type
+    if pa.types.is_floating(kind):
+        found = pc.indices_nonzero(pc.fill_null(pc.invert(pc.is_finite(array)), False))
+        return found[0].as_py() if len(found) else None
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        inner = _first_non_finite(pc.list_flatten(array)) if _holds_floats(kind.value_type) else None
+        return None if inner is None else pc.list_parent_indices(array)[inner].as_py()
+    if pa.types.is_struct(kind):
+        fields = [pc.struct_field(array, [i]) for i in range(kind.num_fields) if _holds_floats(kind.field(i).type)]
+        found = [at for at in map(_first_non_finite, fields) if at is not None]
+        return min(found) if found else None
+    return None
 
 
 def text_column(dataset: datasets.Dataset | datasets.IterableDataset, requested: str | None) -> str:

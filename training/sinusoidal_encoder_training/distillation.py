@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import math
 import os
 import re
 from typing import Any
@@ -294,6 +295,59 @@ def similarity_evaluator():
     )
 
 
+class FiniteTraining:
+    """The events of a transformers `TrainerCallback` (`finite_training` makes one of it) that stop training,
+    unsaved, at a logged loss that is not finite, or when a checkpoint is due and a weight is not finite (checked
+    then only); `check`, after training, stops the command with one line (`loop.diverged_line`) before the model
+    is evaluated or saved."""
+
+    def __init__(self) -> None:
+        self.stopped: tuple[int, str] | None = None  # (step, what happened)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(loss):
+            self._stop(control, state.global_step, f"The training loss is {loss}")
+        return control
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if control.should_save and model is not None and self.stopped is None:
+            from sinusoidal_encoder_training.loop import non_finite_weights
+
+            bad = int(non_finite_weights(model))
+            if bad:
+                self._stop(control, state.global_step, f"The weights hold {bad:,} NaN or infinite value(s)")
+        return control
+
+    def _stop(self, control, step: int, what: str) -> None:
+        if self.stopped is None:
+            self.stopped = (step, what)
+        control.should_save = False
+        control.should_training_stop = True
+
+    def check(self, config: DistillationConfig, model, state) -> None:
+        """After training: a `UsageError` when training was stopped or a weight of `model` is not finite."""
+        from sinusoidal_encoder_training.loop import diverged_line, non_finite_weights
+
+        if self.stopped is None:
+            bad = int(non_finite_weights(model))
+            if not bad:
+                return
+            self.stopped = (state.global_step, f"The weights hold {bad:,} NaN or infinite value(s)")
+        step, what = self.stopped
+        losses = [(entry["step"], entry["loss"]) for entry in state.log_history if "loss" in entry]
+        finite = [(at, loss) for at, loss in losses if at < step and math.isfinite(loss)]
+        raise UsageError(diverged_line(config, None, what, step, finite[-1] if finite else None))
+
+
+def finite_training() -> FiniteTraining:
+    """A `FiniteTraining` that is a transformers `TrainerCallback` (imported here: transformers' trainer modules are
+    slow to import)."""
+    from transformers import TrainerCallback
+
+    return type("FiniteTrainingCallback", (FiniteTraining, TrainerCallback), {})()
+
+
 def last_checkpoint(folder: str) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -320,6 +374,7 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
     import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes: save_pretrained writes code)
     from sinusoidal_encoder_training.data import load_raw_datasets, text_column
     from sinusoidal_encoder_training.export import save_tokenizer
+    from sinusoidal_encoder_training.metrics_log import strict_json, write_json
 
     student_files = ("config.json", "modules.json")
     if os.path.isdir(config.model_name_or_path) and not any(
@@ -393,13 +448,17 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
         dataloader_drop_last=True,
         report_to=[],
         dataloader_pin_memory=torch.cuda.is_available(),
+        logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (FiniteTraining stops at it), not hidden
     )
     loss = MSELoss(student) if config.loss == "mse" else TeacherContrastiveLoss(student)
     trainer = SentenceTransformerTrainer(model=student, args=training_args, train_dataset=train_dataset, loss=loss)
+    finite = finite_training()
+    trainer.add_callback(finite)
     resume = last_checkpoint(checkpoints)
     if resume:
         print(f"resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
+    finite.check(config, student, trainer.state)  # before anything is evaluated or saved of NaNs
     after = evaluator(student)
 
     student.save(config.output_dir)
@@ -413,9 +472,8 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
         "after": after,
         "teacher_scores": hand_checked(teacher),
     }
-    with open(os.path.join(config.output_dir, "distillation_results.json"), "w") as handle:
-        json.dump(results, handle, indent=2)
-    print(json.dumps({k: results[k] for k in ("before", "after", "teacher_scores")}, indent=2))
+    write_json(os.path.join(config.output_dir, "distillation_results.json"), results)
+    print(strict_json({k: results[k] for k in ("before", "after", "teacher_scores")}, indent=2))
     return results
 
 

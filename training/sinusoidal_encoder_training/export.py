@@ -16,6 +16,7 @@ from .checkpoints import resolve_checkpoint
 from .command_line import UsageError, debugging
 from .configs import DataConfig, TrainingConfig
 from .hub import error_line, push_folder_to_hub
+from .metrics_log import write_json
 from .model_card import draw_pictures, model_reference, pipeline_example, render_model_card
 
 BUILTIN_DATA_NOTE = (
@@ -36,8 +37,7 @@ def save_tokenizer(tokenizer, folder: str) -> None:
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
     if config.get("model_max_length", 0) >= VERY_LARGE_INTEGER:
         del config["model_max_length"]
-    with open(path, "w") as handle:
-        json.dump(config, handle, indent=2)
+    write_json(path, config)
 
 
 def write_sentence_transformers_files(folder: str, config) -> None:
@@ -67,8 +67,7 @@ def write_sentence_transformers_files(folder: str, config) -> None:
     }
     os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
     for name, content in files.items():
-        with open(os.path.join(folder, name), "w") as handle:
-            json.dump(content, handle, indent=2)
+        write_json(os.path.join(folder, name), content)
 
 
 def describe_data(config: DataConfig) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +48,7 @@ from sinusoidal_encoder_training.loop import (
     make_loaders,
     train,
 )
+from sinusoidal_encoder_training.metrics_log import write_json
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
 from sinusoidal_encoder_training.tasks import TASKS
@@ -99,7 +99,7 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
             remove_columns=["source"],
         )
     else:
-        raw = load_raw_datasets(config, config.seed)
+        raw = load_raw_datasets(config, config.seed, numbers=True)  # labels and targets: finite
     for split, limit in (("train", config.max_train_samples), ("validation", config.max_eval_samples)):
         if limit is not None and limit < len(raw[split]):
             raw[split] = raw[split].shuffle(seed=config.seed).select(range(limit))
@@ -246,8 +246,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         procedure += f" Config changed from the pretrained model's: `{config.config_overrides}`."
     if accelerator.is_main_process:
         os.makedirs(config.output_dir, exist_ok=True)
-        with open(os.path.join(config.output_dir, "eval_results.json"), "w") as handle:
-            json.dump(final, handle, indent=2)
+        write_json(os.path.join(config.output_dir, "eval_results.json"), final)
     export_model(
         accelerator,
         config,

@@ -250,6 +250,7 @@ def train(
     metrics_log = MetricsLog(
         accelerator, config.output_dir, progress.completed_steps if checkpoint else None, config.with_tracking
     )
+    watch = LossWatch(config, accelerator.mixed_precision, progress.completed_steps)
 
     world = accelerator.num_processes
     unwrapped = accelerator.unwrap_model(model)
@@ -279,6 +280,7 @@ def train(
     device = accelerator.device
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_units = torch.zeros((), dtype=torch.float64, device=device)
+    step_loss = torch.zeros((), dtype=torch.float64, device=device)  # this process's share of the newest step's loss
     window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
     stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps))
     stopping = False
@@ -301,10 +303,14 @@ def train(
                         sum(task.loss_units(b) for b in window).to(device, torch.float64),
                         sum(task.tokens(b) for b in window).to(device, torch.float64),
                         torch.tensor(float(stop.requested), dtype=torch.float64, device=device),
+                        step_loss,
                     ]
                 )
-                # one reduction gives the step's units and tokens, and whether any process was asked to stop
-                units, tokens, requests = accelerator.reduce(local, reduction="sum").tolist()
+                # one reduction gives the step's units and tokens, whether any process was asked to stop, and the
+                # loss of the step before (a non-finite one stops the run before this step)
+                units, tokens, requests, previous_loss = accelerator.reduce(local, reduction="sum").tolist()
+                watch.see(progress.completed_steps, previous_loss)
+                step_loss.zero_()
                 if requests:
                     stopping = True
                     break
@@ -322,6 +328,7 @@ def train(
                         scheduler.step()
                         optimizer.zero_grad()
                     window_loss += loss.detach().double() * units  # this process's sum
+                    step_loss += loss.detach().double()
                 window_units += units
                 progress.completed_steps += 1
                 progress.batches_in_epoch += config.gradient_accumulation_steps
@@ -333,7 +340,9 @@ def train(
                 step = progress.completed_steps
                 if step % config.logging_steps == 0 or step == max_train_steps:
                     # every process's sums over the steps' units (the same on every process: reduced already)
-                    loss = (accelerator.reduce(window_loss, "sum") / window_units.clamp(min=1.0)).item()
+                    sums = accelerator.reduce(torch.stack([window_loss, step_loss]), "sum")
+                    loss, latest = torch.stack([sums[0] / window_units.clamp(min=1.0), sums[1]]).tolist()
+                    watch.see(step, latest)  # before the loss is logged
                     metrics = {
                         "train_loss": loss,
                         "learning_rate": scheduler.get_last_lr()[0],
@@ -350,12 +359,16 @@ def train(
                     window_loss.zero_()
                     window_units.zero_()
                     window_time, window_tokens = 0.0, 0
-                if config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps:
+                evaluating = config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps
+                saving = config.checkpointing_steps and step % config.checkpointing_steps == 0
+                if evaluating or saving:
+                    watch.settle(accelerator, model, step, step_loss)
+                if evaluating:
                     evaluation = task.evaluate(model, eval_loader, accelerator)
                     metrics_log.log(evaluation, step)
                     if accelerator.is_local_main_process:
                         bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
-                if config.checkpointing_steps and step % config.checkpointing_steps == 0:
+                if saving:
                     save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
             if stopping or progress.completed_steps >= max_train_steps:
                 break
@@ -372,6 +385,7 @@ def train(
             bar.close()
             step = progress.completed_steps
             if config.checkpointing_steps and step and step not in dict(complete_checkpoints(config.output_dir)):
+                watch.settle(accelerator, model, step, step_loss)
                 save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
             raise stop.kind(interruption_line(config, step))
     except KeyboardInterrupt as interruption:  # a second Ctrl-C or SIGTERM: at once, from where training stands
@@ -382,7 +396,8 @@ def train(
         raise kind(interruption_line(config, progress.completed_steps)) from None
     finally:
         stop.uninstall()
-    bar.close()
+        bar.close()
+    watch.settle(accelerator, model, progress.completed_steps, step_loss)  # nothing evaluated or saved of NaNs
 
     final = task.evaluate(model, eval_loader, accelerator)
     metrics_log.log(final, progress.completed_steps)
@@ -391,6 +406,64 @@ def train(
     if summary:
         accelerator.print(summary)
     return TrainingResult(progress, final, max_train_steps)
+
+
+class LossWatch:
+    """A training loss that is not finite (NaN, infinity) stops the run with one line (`diverged_line`), before
+    anything is logged, evaluated or saved from it. The host learns each step's loss where the loop reads values
+    anyway: one step late, in the next step's reduction, or at once at a logging step; before an evaluation or a
+    checkpoint, and before the final evaluation (whose weights are saved), `settle` reads the step's loss and whether
+    every weight is finite (one reduction, at those moments only)."""
+
+    def __init__(self, config: TrainingConfig, mixed_precision: str, step: int):
+        self.config, self.mixed_precision = config, mixed_precision
+        self.seen = step  # the newest step whose loss the host has seen (a resumed run: the checkpoint's)
+        self.last: tuple[int, float] | None = None  # (step, loss) of the newest finite loss seen
+
+    def see(self, step: int, loss: float) -> None:
+        """The loss of optimizer step `step` (summed over every process): a `UsageError` when it is not finite."""
+        if step <= self.seen:
+            return
+        if not math.isfinite(loss):
+            raise UsageError(
+                diverged_line(self.config, self.mixed_precision, f"The training loss is {loss}", step, self.last)
+            )
+        self.seen, self.last = step, (step, loss)
+
+    def settle(self, accelerator: Accelerator, model, step: int, step_loss: torch.Tensor) -> None:
+        """Before evaluating or saving after step `step`: its loss seen, and a `UsageError` when a weight of `model`
+        (this process's part, on every process) is not finite."""
+        bad = non_finite_weights(model).to(step_loss)
+        loss, bad = accelerator.reduce(torch.stack([step_loss, bad]), "sum").tolist()
+        self.see(step, loss)
+        if bad:
+            what = f"The weights hold {int(bad):,} NaN or infinite value(s)"
+            raise UsageError(diverged_line(self.config, self.mixed_precision, what, step, self.last))
+
+
+def non_finite_weights(model: torch.nn.Module) -> torch.Tensor:
+    """How many values of the weights of `model` (this process's part) are NaN or infinite: a scalar on their device,
+    read by the caller (one pass over the weights, before a save)."""
+    counts = [(~torch.isfinite(p.detach())).sum() for p in model.parameters()]
+    return torch.stack(counts).sum() if counts else torch.zeros((), dtype=torch.int64)
+
+
+def diverged_line(config, mixed_precision: str | None, what: str, step: int, last: tuple[int, float] | None) -> str:
+    """The line that stops a run in which `what` happened ("The training loss is nan") at optimizer step `step`:
+    the last finite loss, that nothing of it is saved, what to try. `config` has `learning_rate` and `max_grad_norm`
+    (the training loop's, distillation's)."""
+    before = f"the last finite loss was {last[1]:.4f}, at step {last[0]}" if last else "no finite loss before it"
+    tries = [f"a lower --learning_rate (now {config.learning_rate:g})"]
+    if config.max_grad_norm > 0:
+        tries.append(f"a lower --max_grad_norm (now {config.max_grad_norm:g})")
+    else:
+        tries.append("clip gradients with --max_grad_norm 1.0")
+    if mixed_precision == "fp16":
+        tries.append("--mixed_precision bf16 or no instead of fp16")
+    return (
+        f"{what} at step {step} ({before}): stopped, nothing saved from it; try "
+        f"{', '.join(tries[:-1])} or {tries[-1]}."
+    )
 
 
 CHECKPOINT_BYTES_PER_PARAMETER = 12  # float32 weights and AdamW's two float32 moments (accelerate's save_state)

@@ -1,4 +1,5 @@
-"""The metrics of a run: one JSON line per logged step in `output_dir/metrics.jsonl` (and the trackers)."""
+"""The metrics of a run: one JSON line per logged step in `output_dir/metrics.jsonl` (and the trackers); and the
+strict JSON of every JSON file the package writes (`strict_json`, `write_json`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import json
 import math
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accelerate import Accelerator
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -37,7 +39,31 @@ class MetricsLog:
             self.accelerator.log(metrics, step=step)
         if self.accelerator.is_main_process:
             with open(self.path, "a") as handle:
-                handle.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+                handle.write(strict_json({"step": step, "time": time.time(), **metrics}) + "\n")
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN or infinite float, in lists, tuples and dicts too, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+def strict_json(value: Any, **kwargs: Any) -> str:
+    """`value` as strict JSON, which every JSON parser reads: a NaN or infinite float (a Pearson correlation of
+    constant predictions, a loss that overflowed) is written as null, never as the bare NaN or Infinity that
+    Python's `json` writes by default and other parsers refuse. `kwargs` go to `json.dumps` (`indent`, ...)."""
+    return json.dumps(finite_or_null(value), allow_nan=False, **kwargs)
+
+
+def write_json(path: str, value: Any, indent: int = 2) -> None:
+    """Write `value` to the file `path` as strict JSON (`strict_json`): how the package writes every JSON file."""
+    with open(path, "w") as handle:
+        handle.write(strict_json(value, indent=indent))
 
 
 def read_metrics(output_dir: str) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ model-index with the evaluation results)."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -93,7 +94,8 @@ def render_model_card(
     data_note: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
-    values measured on the evaluation split; they go to the card's text and to its model-index. `pictures` maps PNG
+    values measured on the evaluation split; they go to the card's text and, when finite, to its model-index (a NaN
+    is no result to index). `pictures` maps PNG
     files of the folder to their titles; the card shows them. `evaluation_note` (markdown) follows the metrics: what
     they mean and what they show. `extra_sections` maps titles to markdown: sections of your own (another
     measurement, a comparison), after the evaluation. `baselines` maps names to scores of reference methods on the
@@ -121,6 +123,7 @@ def render_model_card(
             metric_value=round(float(value), 4),
         )
         for name, value in metrics.items()
+        if math.isfinite(value)  # an undefined score (NaN: a correlation of constant values) is no result to index
     ]
     card_data = ModelCardData(
         language=language or None,

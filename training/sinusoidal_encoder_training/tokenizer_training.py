@@ -8,7 +8,6 @@ it builds and the command line (`run`, `main`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -24,6 +23,7 @@ from sinusoidal_encoder_training.data import (
     text_column,
 )
 from sinusoidal_encoder_training.export import save_tokenizer
+from sinusoidal_encoder_training.metrics_log import write_json
 from sinusoidal_encoder_training.run_folder import empty_folder
 
 
@@ -108,8 +108,7 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
         or "the built-in corpus (training/sinusoidal_encoder_training/corpus.py)"
     )
     provenance = {**dataclasses.asdict(config), "trained_on": source, "vocab_size_trained": len(tokenizer)}
-    with open(os.path.join(config.output_dir, "training_args.json"), "w") as handle:
-        json.dump(provenance, handle, indent=2)
+    write_json(os.path.join(config.output_dir, "training_args.json"), provenance)
     return TokenizerTrainingResult(tokenizer=tokenizer, source=source)
 
 
