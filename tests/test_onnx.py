@@ -177,8 +177,8 @@ def test_export_refuses_a_head_the_folder_does_not_have(
 
 
 def test_export_refuses_a_head_transformers_would_initialise(tmp_path, monkeypatch, capsys, exports):
-    """config.json names a masked-LM, the weights are a classifier's: what transformers reports as newly
-    initialised is refused, not exported."""
+    """config.json names a masked-LM, the weights are a classifier's: weights that do not fit config.json are
+    refused before any is loaded (`command_line.weights_misfit`), not exported."""
     import json
 
     folder = save_head(tmp_path / "model", se.SinusoidalEncoderForSequenceClassification)
@@ -186,7 +186,8 @@ def test_export_refuses_a_head_transformers_would_initialise(tmp_path, monkeypat
     config["architectures"] = ["SinusoidalEncoderForMaskedLM"]
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
     status, _, err = export_command([folder], monkeypatch, capsys)
-    assert_one_line_refusal(status, err, "initialise at random (lm_head.", "--task feature-extraction")
+    fit = "9 of its weights do not fit the SinusoidalEncoderForMaskedLM of its config.json: 5 missing ('lm_head."
+    assert_one_line_refusal(status, err, fit, "4 unexpected ('classifier.bias'")
     assert exports == []
 
 

@@ -153,14 +153,19 @@ def _narrow_embeddings(tensors):
 @pytest.mark.parametrize(
     ("change_weights", "change_config", "message"),
     [
-        (_narrow_embeddings, None, r"'model\.embeddings\.word_embeddings\.weight' has shape \[16384, 16\], the "),
+        (
+            _narrow_embeddings,
+            None,
+            r"1 of another shape \('model\.embeddings\.word_embeddings\.weight' is \[16384, 16\], config\.json "
+            r"makes it \[16384, 32\]\)",
+        ),
         (
             None,
             {"hidden_size": 64},
-            r"has shape \[32\], the SinusoidalEncoderForMaskedLM of config\.json needs \[64\]",
+            r"of another shape \('[a-z_.]+' is \[32\], config\.json makes it \[64\], \.\.\.\)",
         ),
-        (lambda t: t.pop("lm_head.layer_norm.bias"), None, r"missing 'lm_head\.layer_norm\.bias', which the "),
-        (lambda t: t.update(extra=torch.zeros(2)), None, r"it holds 'extra', which the SinusoidalEncoderForMaskedLM"),
+        (lambda t: t.pop("lm_head.layer_norm.bias"), None, r"1 missing \('lm_head\.layer_norm\.bias'\)\. "),
+        (lambda t: t.update(extra=torch.zeros(2)), None, r"1 unexpected \('extra'\)\. "),
     ],
     ids=["a tensor's shape", "config.json's size", "a missing tensor", "an unknown tensor"],
 )
@@ -170,8 +175,9 @@ def test_publish_refuses_weights_that_do_not_match_the_config(folder, change_wei
         _rewrite(weights, change_weights)
     if change_config is not None:
         config.write_text(json.dumps({**json.loads(config.read_text()), **change_config}))
-    named = re.escape(repr(str(weights)))
-    with pytest.raises(UsageError, match=rf"^{named} does not match config\.json: .*{message}") as refused:
+    named = re.escape(repr(str(folder)))
+    fit = r"\d+ of its weights do not fit the SinusoidalEncoderForMaskedLM of its config\.json: "
+    with pytest.raises(UsageError, match=rf"^{named}: {fit}.*{message}") as refused:
         hub.main([str(folder), "--hub_model_id", "me/tiny", "--dry_run"], api=FakeHfApi())
     assert len(str(refused.value).splitlines()) == 1
 

@@ -16,7 +16,7 @@ from transformers import DataCollatorForTokenClassification, DataCollatorWithPad
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import derive_seed, text_column
-from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs
+from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs, plan_head
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
@@ -43,8 +43,9 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         check_texts(raw, [text_col] + ([config.text_pair_column_name] if config.text_pair_column_name else []))
     if config.with_baselines and problem != "single_label_classification":
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
+    # the folder's head: kept for the same labels (in its order), refused or replaced for others
+    label_names = plan_head(config, model_config, None if tokens else problem, label_names).labels
     num_labels = 1 if problem == "regression" else len(label_names)
-    check_head(config, model_config, num_labels)
     encoded = encode(
         raw, tokenizer, config.max_length, problem, label_names, (text_col, config.text_pair_column_name, label_col)
     )
@@ -138,6 +139,7 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
         train_set, eval_set = {names[i] for i in train_set}, {names[i] for i in eval_set}
     else:
         names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
+    check_distinct_labels(sorted({str(n) for n in [*names, *train_set, *eval_set]}), config)
     unseen = eval_set - set(names) - train_set
     if unseen:
         raise UsageError(
@@ -147,6 +149,23 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     if problem != "token_classification" and len(names) < 2 and problem == "single_label_classification":
         raise UsageError(f"The training labels hold a single class ({names}): nothing to classify.")
     return problem, [str(n) for n in names]
+
+
+def check_distinct_labels(names: list[str], config: FinetuningConfig) -> None:
+    """Refuse labels that differ only by case or surrounding whitespace ('Positive' and 'positive '), most often
+    one label written two ways, which would train as two classes; `--keep_similar_labels` keeps them apart."""
+    if config.keep_similar_labels:
+        return
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.strip().casefold(), []).append(name)
+    similar = [group for group in groups.values() if len(group) > 1]
+    if similar:
+        more = f" (and {len(similar) - 1} more such group(s))" if len(similar) > 1 else ""
+        raise UsageError(
+            f"The labels {' and '.join(map(repr, similar[0]))} differ only by case or surrounding whitespace{more}: "
+            "write each label one way in the data to make them one, or pass --keep_similar_labels to keep them apart."
+        )
 
 
 def check_one_tag_per_word(raw: datasets.DatasetDict, text_col: str, label_col: str, config: FinetuningConfig) -> None:
@@ -170,18 +189,6 @@ def check_one_tag_per_word(raw: datasets.DatasetDict, text_col: str, label_col: 
                     f"{where}, row {row}: {len(words)} words in {text_col!r} and {len(tags)} tags in {label_col!r}: "
                     "give one tag per word."
                 )
-
-
-def check_head(config: FinetuningConfig, model_config: Any, num_labels: int) -> None:
-    """Refuse a classification head in the model folder for another number of labels than the data's (unless
-    `--ignore_mismatched_sizes`), before anything trains."""
-    head = "ForTokenClassification" if config.task == "token-classification" else "ForSequenceClassification"
-    has_head = any(a.endswith(head) for a in (model_config.architectures or []))
-    if has_head and model_config.num_labels != num_labels and not config.ignore_mismatched_sizes:
-        raise UsageError(
-            f"--model_name_or_path has a classification head for {model_config.num_labels} labels, but the data "
-            f"has {num_labels}: pass --ignore_mismatched_sizes to replace the head with a new one."
-        )
 
 
 class ClassificationTask(TrainingTask):

@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Iterator
@@ -88,13 +89,160 @@ def loading(flag: str, path: str | os.PathLike | None, what: str = "model") -> I
         raise UsageError(f"{flag} {os.fspath(path)!r}: {found}") from error
 
 
-def check_local_files(flag: str, path: str | os.PathLike | None, what: str = "model") -> None:
+def check_local_files(
+    flag: str, path: str | os.PathLike | None, what: str = "model", replaced_head: bool = False
+) -> None:
     """Before any work: a `UsageError` naming `flag` when the local folder `path` has damaged or missing files
-    (`local_damage`). Hub ids are not looked at here."""
-    if path is not None and os.path.exists(os.fspath(path)):
-        damage = local_damage(os.fspath(path), what)
-        if damage is not None:
-            raise UsageError(f"{flag} {os.fspath(path)!r}: {damage}")
+    (`local_damage`), or, for a model, weights that are not those of the model its config.json describes
+    (`weights_misfit`; with `replaced_head`, those of the task head the user asked to replace are not judged).
+    Hub ids are not looked at here."""
+    if path is None or not os.path.exists(os.fspath(path)):
+        return
+    damage = local_damage(os.fspath(path), what)
+    if damage is None and what == "model" and os.path.isdir(os.fspath(path)):
+        damage = weights_misfit(os.fspath(path), replaced_head)
+    if damage is not None:
+        raise UsageError(f"{flag} {os.fspath(path)!r}: {damage}")
+
+
+def check_tokenizer_fits(tokenizer: str, tokenizer_size: int, model: str, vocab_size: int, instead: str) -> None:
+    """Before any work: a `UsageError` when the tokenizer (`tokenizer`: its flag and source, as the line names it)
+    has more tokens than the model (`model`, the same) has token embeddings: an id past `vocab_size` has no
+    embedding, an IndexError in the first step (or a wrong embedding where the device does not check). `instead`
+    says what to give instead."""
+    if tokenizer_size > vocab_size:
+        raise UsageError(
+            f"{tokenizer} has {tokenizer_size:,} tokens, more than the {vocab_size:,} token embeddings of {model} "
+            f"(its vocab_size): {instead}"
+        )
+
+
+def weight_files(folder: str) -> list[str]:
+    """The safetensors files transformers loads a model folder's weights from: the shards that
+    model.safetensors.index.json names, else model.safetensors; none when the folder has neither."""
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as handle:
+            shards = sorted(set(json.load(handle).get("weight_map", {}).values()))
+        return [os.path.join(folder, name) for name in shards]
+    single = os.path.join(folder, "model.safetensors")
+    return [single] if os.path.isfile(single) else []
+
+
+def saved_shapes(files: list[str]) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor of the safetensors `files`, from their headers (no tensor data is read)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            shapes.update({key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()})
+    return shapes
+
+
+def weights_misfit(folder: str, replaced_head: bool = False) -> str | None:
+    """What is wrong with the weights of the sinusoidal-encoder folder `folder`, or None: how many of the tensors
+    of its safetensors files are missing, unexpected or of another shape for the model class its config.json names
+    (`architectures`; the bare encoder when it names none), with one or two names of each. Tied weights (the
+    masked-LM decoder, tied to the embeddings) and buffers are never missing; the keys the class ignores on loading
+    are never unexpected. With `replaced_head`, only the encoder's weights are judged. Reads the headers and builds
+    the model on the meta device: no weights are read. None for a folder of another model type, or whose class or
+    files transformers would not load from (their own errors say why)."""
+    model = _meta_model_of(folder)
+    files = weight_files(folder)
+    if model is None or not files:
+        return None
+    try:
+        found = saved_shapes(files)
+    except Exception:  # safetensors' own error type: `local_damage` names the damaged file
+        return None
+    expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    found = _with_prefix_of(model, found, expected)
+    if replaced_head:
+        encoder = f"{model.base_model_prefix}."
+        if any(key.startswith(encoder) for key in expected):
+            found = {key: shape for key, shape in found.items() if key.startswith(encoder)}
+            expected = {key: shape for key, shape in expected.items() if key.startswith(encoder)}
+    exempt = {name for name, _ in model.named_buffers()}
+    ignored = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    missing = sorted(set(expected) - set(found) - exempt - _tied(model, found))
+    unexpected = sorted(k for k in set(found) - set(expected) - exempt if not any(p.search(k) for p in ignored))
+    reshaped = sorted(k for k in set(found) & set(expected) if found[k] != expected[k])
+    count = len(missing) + len(unexpected) + len(reshaped)
+    if not count:
+        return None
+    parts = [f"{len(missing)} missing ({_names(missing)})"] if missing else []
+    parts += [f"{len(unexpected)} unexpected ({_names(unexpected)})"] if unexpected else []
+    if reshaped:
+        first = reshaped[0]
+        parts.append(
+            f"{len(reshaped)} of another shape ({first!r} is {list(found[first])}, config.json makes it "
+            f"{list(expected[first])}{', ...' if len(reshaped) > 1 else ''})"
+        )
+    return (
+        f"{count} of its weights do not fit the {type(model).__name__} of its config.json: {'; '.join(parts)}. "
+        "The weights are not this model's: save or download the folder again, or fix config.json."
+    )
+
+
+def _names(keys: list[str]) -> str:
+    return ", ".join(map(repr, keys[:2])) + (", ..." if len(keys) > 2 else "")
+
+
+def _meta_model_of(folder: str):
+    """The model class that config.json's `architectures` names (the bare encoder when it names none), built from
+    the folder's config on the meta device; None when the folder is not a sinusoidal encoder's, or names a class
+    of another package."""
+    config = os.path.join(folder, "config.json")
+    if not os.path.isfile(config):
+        return None
+    try:
+        with open(config, encoding="utf-8") as handle:
+            fields = json.load(handle)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(fields, dict) or fields.get("model_type") != "sinusoidal_encoder":
+        return None
+    import torch
+
+    import sinusoidal_encoder
+
+    names = fields.get("architectures") or ["SinusoidalEncoderModel"]
+    model_class = getattr(sinusoidal_encoder, names[0], None)
+    if not isinstance(model_class, type) or not issubclass(
+        model_class, sinusoidal_encoder.SinusoidalEncoderPreTrainedModel
+    ):
+        return None
+    try:
+        model_config = sinusoidal_encoder.SinusoidalEncoderConfig.from_pretrained(folder)
+        with torch.device("meta"):
+            return model_class(model_config)
+    except Exception:  # a config the model refuses: loading it says why
+        return None
+
+
+def _with_prefix_of(model, found: dict, expected: dict) -> dict:
+    """The saved names as the model's: transformers adds or strips the encoder's prefix (`model.`) when a folder
+    saved from the bare encoder is loaded into a task model, or the other way round."""
+    prefix = f"{model.base_model_prefix}."
+    ours, theirs = any(k.startswith(prefix) for k in expected), any(k.startswith(prefix) for k in found)
+    if ours and not theirs:
+        return {prefix + key: shape for key, shape in found.items()}
+    if theirs and not ours:
+        return {key.removeprefix(prefix): shape for key, shape in found.items() if key.startswith(prefix)}
+    return found
+
+
+def _tied(model, found: dict) -> set[str]:
+    """The names of the model's weights tied to a saved one (one tensor under several names, saved under one)."""
+    aliases: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        aliases.setdefault(id(tensor), []).append(name)
+    tied = {name for names in aliases.values() if any(n in found for n in names) for name in names}
+    declared = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    if isinstance(declared, dict) and getattr(model.config, "tie_word_embeddings", True):
+        tied |= {target for target, source in declared.items() if source in found}
+    return tied
 
 
 def local_damage(path: str, what: str) -> str | None:

@@ -599,7 +599,17 @@ class FinetuningConfig(DataConfig, TrainingConfig):
     )
     ignore_mismatched_sizes: bool = dataclasses.field(
         default=False,
-        metadata={"help": "Replace a classification head of another size in --model_name_or_path with a new one."},
+        metadata={
+            "help": "Start a new head on the encoder of --model_name_or_path when its head of this task was trained "
+            "for other labels (another count, other names): refused without it."
+        },
+    )
+    keep_similar_labels: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Keep labels that differ only by case or surrounding whitespace ('Positive', 'positive ') as "
+            "separate labels: refused without it."
+        },
     )
     base_model_id: str | None = dataclasses.field(
         default=None,

@@ -8,7 +8,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, front, loading
+from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading
 from sinusoidal_encoder_training.configs import FillMaskConfig
 from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.tasks import EXPORTED, task_of_architecture
@@ -54,6 +54,7 @@ def run(config: FillMaskConfig) -> None:
     problem = head_problem(config.model, architecture, "fill-mask", instead(architecture))
     if problem is not None:
         raise UsageError(problem)
+    check_local_files("MODEL", config.model)  # the weights are the config's, before any is read
     with loading("MODEL", config.model, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(config.model)
     for text in config.texts:

@@ -10,6 +10,7 @@ line (`run`, `main`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 import os
@@ -33,6 +34,7 @@ from sinusoidal_encoder_training.arguments import (
 from sinusoidal_encoder_training.command_line import (
     UsageError,
     check_local_files,
+    check_tokenizer_fits,
     front,
     loading,
 )
@@ -51,7 +53,7 @@ from sinusoidal_encoder_training.loop import (
 from sinusoidal_encoder_training.metrics_log import write_json
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
-from sinusoidal_encoder_training.tasks import TASKS
+from sinusoidal_encoder_training.tasks import FINETUNED, TASKS, task_of_architecture
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
@@ -117,7 +119,8 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
             f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
         )
-    check_local_files("--model_name_or_path", config.model_name_or_path)  # the weights, before any work
+    # the weights, before any work (a head --ignore_mismatched_sizes replaces is not judged)
+    check_local_files("--model_name_or_path", config.model_name_or_path, replaced_head=config.ignore_mismatched_sizes)
     if config.tokenizer_name:
         check_local_files("--tokenizer_name", config.tokenizer_name, "tokenizer")
     else:
@@ -135,12 +138,133 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
     return model_config
 
 
+def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
+    """The tokenizer of --tokenizer_name (default: the model's own), before any work; refused when it has more
+    tokens than the model has token embeddings."""
+    source = config.tokenizer_name or config.model_name_or_path
+    with loading("--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", source, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    if config.tokenizer_name:
+        check_tokenizer_fits(
+            f"--tokenizer_name {config.tokenizer_name!r}",
+            len(tokenizer),
+            f"--model_name_or_path {config.model_name_or_path!r}",
+            model_config.vocab_size,
+            "leave --tokenizer_name out (the model's own tokenizer), or give the one it was trained with.",
+        )
+    return tokenizer
+
+
 def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     """Name → shape of every weight of the base model `model_config` describes (built on the meta device: no
     memory, no initialisation)."""
     with torch.device("meta"):
         model = AutoModel.from_config(model_config)
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+# the tasks whose head is trained for a set of labels
+LABELLED = tuple(name for name, task in TASKS.items() if task.recipe == "classification")
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadPlan:
+    """What a fine-tune does with the head of --model_name_or_path (`plan_head`): the labels of the run, in the
+    order of the head's outputs, and, when a new head starts on the folder's encoder instead of the folder's own,
+    the one line that says so (`new_head`); `fresh`: the folder's head weights must not be loaded."""
+
+    labels: list[str] | None
+    new_head: str | None = None
+    fresh: bool = False
+
+
+def folder_labels(model_config: Any) -> list[str]:
+    """The label names of the head a model config describes, in the order of its outputs."""
+    return [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
+
+
+def describe_labels(problem: str | None, labels: list[str] | None) -> str:
+    """The labels of a head as a line names them: "2 labels ['neg', 'pos']", "a regression target (one number)"."""
+    if problem == "regression" or labels is None:
+        return "a regression target (one number)"
+    shown = repr(labels) if len(labels) <= 8 else repr(labels[:8])[:-1] + ", ...]"
+    kind = " (multi-label)" if problem == "multi_label_classification" else ""
+    return f"{len(labels)} labels {shown}{kind}"
+
+
+def same_head(folder_config: Any, problem: str | None, labels: list[str] | None) -> bool:
+    """Whether the folder's head was trained for the run's labels: the same names in any order (each keeps its
+    output, mapped by name), or one output for regression; the same problem type where both say."""
+    theirs_problem = getattr(folder_config, "problem_type", None)
+    if theirs_problem is not None and problem is not None and theirs_problem != problem:
+        return False
+    if problem == "regression" or labels is None:
+        return folder_config.num_labels == 1
+    return sorted(folder_labels(folder_config)) == sorted(labels)
+
+
+def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None, labels: list[str] | None) -> HeadPlan:
+    """The one rule for the head in --model_name_or_path (config.json's `architectures` and labels), before the
+    data is tokenised: a head trained for this task and the run's labels (`problem`, `labels`; None for a task of
+    none) is fine-tuned further, its outputs mapped to the labels by name, never by index; a head of another task
+    (a classifier for question answering, a token classifier for sequences) is never used: a new head starts on
+    the encoder, with one line saying so; a head of this task trained for other labels (another count, other
+    names, another problem type) is refused, naming both label sets, unless `--ignore_mismatched_sizes`, which
+    starts a new head (one line). A folder with no task head (a pretrained masked-LM folder, the bare encoder)
+    gets a new head, as always."""
+    source = config.model_name_or_path
+    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
+    own = task_of_architecture(architecture)
+    if own not in FINETUNED:
+        return HeadPlan(labels)
+    if own != config.task:
+        line = (
+            f"--model_name_or_path {source!r} has a {own} head ({architecture}), trained for another task: a new "
+            f"{config.task} head starts on its encoder."
+        )
+        return HeadPlan(labels, line, fresh=True)
+    if config.task not in LABELLED:
+        return HeadPlan(labels)
+    if same_head(folder_config, problem, labels):  # the run takes the head's order of its labels
+        return HeadPlan(None if labels is None else folder_labels(folder_config))
+    theirs = describe_labels(getattr(folder_config, "problem_type", None), folder_labels(folder_config))
+    ours = describe_labels(problem, labels)
+    if not config.ignore_mismatched_sizes:
+        raise UsageError(
+            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}: "
+            "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels."
+        )
+    line = (
+        f"--model_name_or_path {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
+        "its encoder (--ignore_mismatched_sizes)."
+    )
+    return HeadPlan(labels, line, fresh=True)
+
+
+def run_labels(config: FinetuningConfig, model_config: Any) -> tuple[str | None, list[str] | None]:
+    """The problem type and labels a recipe set on the model config (None, None for a task without labels)."""
+    if config.task not in LABELLED:
+        return None, None
+    problem = model_config.problem_type
+    return problem, None if problem == "regression" else folder_labels(model_config)
+
+
+def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan) -> Any:
+    """The task's model of --model_name_or_path: the folder's weights, or, when `plan` says a new head starts
+    (`fresh`), the folder's encoder alone under a head transformers initialises as it does for a folder without
+    one."""
+    auto_class = getattr(transformers, TASKS[config.task].auto_class)
+    source = config.model_name_or_path
+    with loading("--model_name_or_path", source):
+        if not plan.fresh:
+            return auto_class.from_pretrained(
+                source, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
+            )
+        encoder = AutoModel.from_pretrained(source, config=model_config)
+        model_class = getattr(sinusoidal_encoder, f"SinusoidalEncoder{TASKS[config.task].head}")
+        prefix = model_class.base_model_prefix
+        weights = {f"{prefix}.{name}": tensor for name, tensor in encoder.state_dict().items()}
+        return model_class.from_pretrained(None, config=model_config, state_dict=weights)
 
 
 def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
@@ -183,24 +307,20 @@ def finetune(
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
+    tokenizer = load_tokenizer(config, model_config)
     claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
     recipe = importlib.import_module(f"sinusoidal_encoder_training.{TASKS[config.task].recipe}")
-    tokenizer_source = config.tokenizer_name or config.model_name_or_path
-    with loading(
-        "--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", tokenizer_source, "tokenizer"
-    ):
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
     with accelerator.main_process_first():
         raw = load_task_data(config)
         prepared = recipe.prepare(config, raw, tokenizer, model_config)
+    plan = plan_head(config, folder_config, *run_labels(config, model_config))
     if model_init is None:
-        auto_class = getattr(transformers, TASKS[config.task].auto_class)
-        with loading("--model_name_or_path", config.model_name_or_path):
-            model = auto_class.from_pretrained(
-                config.model_name_or_path, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
-            )
+        if plan.new_head is not None:
+            accelerator.print(plan.new_head)
+        model = load_task_model(config, model_config, plan)
     else:
         model = model_init(model_config)
 

@@ -20,7 +20,7 @@ import json
 import os
 import re
 
-from sinusoidal_encoder_training.command_line import UsageError, front
+from sinusoidal_encoder_training.command_line import UsageError, front, weights_misfit
 
 REQUIRED = ("config.json", "README.md")
 CARD = "README.md"
@@ -179,59 +179,28 @@ def check_folder(folder: str) -> None:
 
 
 def check_weights(folder: str) -> None:
-    """Refuse weights that would not load, in one line naming the file: every safetensors file of the upload must be
-    readable (not empty, not truncated), and the tensors of those at the top of the folder (the model's weights, in
-    one file or in shards) must be the ones the model of config.json has, in its shapes. Reads the files' headers and
+    """Refuse weights that would not load, in one line: every safetensors file of the upload must be readable (not
+    empty, not truncated: the line names the file), and the model's weights (model.safetensors, or its shards) the
+    ones the model of config.json has, in its shapes (the line names the folder and how many do not fit,
+    `command_line.weights_misfit`, the check of every command that loads a folder). Reads the files' headers and
     builds the model on the meta device: no weights are read."""
     from safetensors import SafetensorError, safe_open
 
-    shapes: dict[str, tuple[str, tuple[int, ...]]] = {}
-    weights = []
     for name in (name for name in files_to_upload(folder) if name.endswith(".safetensors")):
         path = os.path.join(folder, name)
         if os.path.getsize(path) == 0:
             raise UsageError(f"{path!r} is empty (0 bytes), not a safetensors file of weights: {AGAIN}.")
         try:
-            with safe_open(path, framework="pt") as handle:
-                found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+            with safe_open(path, framework="pt"):
+                pass
         except (SafetensorError, OSError) as error:
             raise UsageError(
                 f"{path!r} cannot be read as safetensors, truncated or damaged ({error_line(error)}): {AGAIN}."
             ) from error
-        if "/" not in name:
-            weights.append(path)
-            shapes.update({key: (path, shape) for key, shape in found.items()})
-    model = _meta_model(folder)
-    described = f"the {type(model).__name__} of config.json"
-    expected = model.state_dict(keep_vars=True)
-    wrong = [key for key, (_, shape) in shapes.items() if key in expected and shape != tuple(expected[key].shape)]
-    if wrong:
-        path, shape = shapes[wrong[0]]
-        raise UsageError(
-            f"{path!r} does not match config.json: {wrong[0]!r} has shape {list(shape)}, {described} needs "
-            f"{list(expected[wrong[0]].shape)}{_more(wrong, 'tensors differ')}: {AGAIN}, or fix config.json."
-        )
-    ignored = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()]
-    unexpected = [key for key in shapes if key not in expected and not any(p.search(key) for p in ignored)]
-    if unexpected:
-        raise UsageError(
-            f"{shapes[unexpected[0]][0]!r} does not match config.json: it holds {unexpected[0]!r}"
-            f"{_more(unexpected, 'tensors')}, which {described} does not have: {AGAIN}, or fix config.json."
-        )
-    aliases: dict[int, list[str]] = {}  # tied weights (one tensor under several names) are saved under one name
-    for key, tensor in expected.items():
-        aliases.setdefault(id(tensor), []).append(key)
-    missing = [names[0] for names in aliases.values() if not any(key in shapes for key in names)]
-    if missing:
-        files = f"{weights[0]!r} does" if len(weights) == 1 else f"the weights ({', '.join(map(repr, weights))}) do"
-        raise UsageError(
-            f"{files} not match config.json: missing {missing[0]!r}{_more(missing, 'tensors')}, which {described} "
-            f"needs: {AGAIN}, or fix config.json."
-        )
-
-
-def _more(keys: list[str], what: str) -> str:
-    return f" (and {len(keys) - 1} more {what})" if len(keys) > 1 else ""
+    _meta_model(folder)  # config.json names a class of sinusoidal_encoder
+    misfit = weights_misfit(folder)
+    if misfit is not None:
+        raise UsageError(f"{folder!r}: {misfit}")
 
 
 def _meta_model(folder: str):

@@ -19,7 +19,7 @@ from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
-from sinusoidal_encoder_training.command_line import UsageError, front, loading, require_extra
+from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading, require_extra
 from sinusoidal_encoder_training.configs import OnnxExportConfig
 from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, task_of_architecture
 
@@ -232,6 +232,7 @@ def run(config: OnnxExportConfig) -> None:
     for module in ("onnx", "onnxscript") if config.no_check else ("onnx", "onnxscript", "onnxruntime"):
         require_extra(module, what="the ONNX export")  # before the model is loaded
     task, own = resolve_task(config)
+    check_local_files("MODEL", config.model)  # the weights are the config's, before any is read
     entry = TASKS[task]
     auto_class = getattr(transformers, entry.auto_class)
     with loading("MODEL", config.model):

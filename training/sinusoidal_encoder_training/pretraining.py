@@ -19,7 +19,13 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
 from sinusoidal_encoder_training.arguments import apply_overrides, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading
+from sinusoidal_encoder_training.command_line import (
+    UsageError,
+    check_local_files,
+    check_tokenizer_fits,
+    front,
+    loading,
+)
 from sinusoidal_encoder_training.configs import MODEL_SIZES, PretrainingConfig
 from sinusoidal_encoder_training.data import (
     SHIPPED_TOKENIZER,
@@ -229,6 +235,14 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         check_vocabulary(model, len(tokenizer))
     else:
         model_config = build_model_config(config, tokenizer)
+        if config.model_name_or_path:
+            check_tokenizer_fits(
+                f"--tokenizer_name {config.tokenizer_name!r}" if config.tokenizer_name else "the shipped tokenizer",
+                len(tokenizer),
+                f"--model_name_or_path {config.model_name_or_path!r}",
+                model_config.vocab_size,
+                "pass the model's own tokenizer as --tokenizer_name.",
+            )
         check_vocabulary(model_config, len(tokenizer))
     claim_output_folder(accelerator, config, MaskedLMTask.name)  # before the data: the folder, a resume's settings
     with accelerator.main_process_first():
