@@ -30,7 +30,7 @@ def rows_file(path):
     return path
 
 
-def command(name, tmp_path, tokenizer):
+def command(name, tmp_path, tokenizer, monkeypatch):
     """(main, program, argv, the folder that must be kept, what the line names) of a command whose switch would
     clear what it reads."""
     from sinusoidal_encoder_training import distillation, finetuning, onnx_export, pretraining, tokenizer_training
@@ -66,6 +66,14 @@ def command(name, tmp_path, tokenizer):
         (checkpoint / "manifest.json").write_text("{}")
         argv = [*data, "--output_dir", out, "--overwrite_output_dir", "--resume_from_checkpoint", "latest"]
         return pretraining.main, "pretrain.py", argv, out, "the checkpoint --resume_from_checkpoint latest resumes"
+    if name == "pretrain into a checkout, with its shipped tokenizer":
+        from sinusoidal_encoder_training import configs
+
+        checkout = tmp_path / "checkout"  # a copy: were the rule broken, the test would empty the real one
+        tokenizer.save_pretrained(checkout / "tokenizer_config")
+        monkeypatch.setattr(configs, "SHIPPED_TOKENIZER", str(checkout / "tokenizer_config"))
+        argv = [*data, "--output_dir", checkout, "--overwrite_output_dir"]
+        return pretraining.main, "pretrain.py", argv, checkout, "which holds the shipped tokenizer"
     if name == "train a tokenizer on data in its output folder":
         corpus = out / "corpus.txt"
         out.mkdir()
@@ -91,6 +99,7 @@ NAMES = [
     "pretrain with a tokenizer in the output folder",
     "pretrain, the output folder another name of the data's",
     "pretrain resuming the checkpoint it would delete",
+    "pretrain into a checkout, with its shipped tokenizer",
     "train a tokenizer on data in its output folder",
     "export over the model's weights",
     "distill into the teacher's folder",
@@ -99,7 +108,7 @@ NAMES = [
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_never_clears_what_it_reads(name, tmp_path, tokenizer, monkeypatch, capsys):
-    main, program, argv, kept, named = command(name, tmp_path, tokenizer)
+    main, program, argv, kept, named = command(name, tmp_path, tokenizer, monkeypatch)
     before = folder_digest(kept)
     status, out, err = run_command(main, program, argv, monkeypatch, capsys)
     assert status == 2, out + err

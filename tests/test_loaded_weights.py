@@ -261,3 +261,22 @@ def test_a_regression_head_is_kept_for_a_regression_target_only(tmp_path, folder
             finetuning.plan_head(config, folder_config, problem, labels)
     else:
         assert finetuning.plan_head(config, folder_config, problem, labels) == finetuning.HeadPlan(None)
+
+
+def test_pretraining_from_a_folder_of_another_head_says_it_starts_a_masked_lm_head(tmp_path, tokenizer, capsys):
+    from conftest import write_text_corpus
+
+    from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.pretraining import build_model
+
+    folder = head_folder(tmp_path, se.SinusoidalEncoderForTokenClassification, ["x", "y"])
+    train, _ = write_text_corpus(tmp_path / "corpus")
+    config = PretrainingConfig(output_dir=str(tmp_path / "out"), model_name_or_path=str(folder), train_file=str(train))
+    saved = load_file(str(folder / "model.safetensors"))
+    model = build_model(config, tokenizer)
+    line = (
+        f"--model_name_or_path {str(folder)!r} has a token-classification head "
+        "(SinusoidalEncoderForTokenClassification): pretraining continues its encoder with a new masked-LM head."
+    )
+    assert capsys.readouterr().out.splitlines() == [line]
+    assert torch.equal(model.model.encoder.layers[0].attention.qkv.weight.detach(), saved[ENCODER_WEIGHT])

@@ -18,6 +18,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the
 
 import sinusoidal_encoder as se  # noqa: E402
 from sinusoidal_encoder_training import onnx_export  # noqa: E402
+from sinusoidal_encoder_training.atomic import is_temporary  # noqa: E402
 from sinusoidal_encoder_training.command_line import UsageError  # noqa: E402
 from sinusoidal_encoder_training.tasks import TASKS  # noqa: E402
 
@@ -87,8 +88,9 @@ def exports(monkeypatch):
     made = []
 
     def fake_export(model, path, outputs, opset=18, input_axes=("batch", "sequence")):
-        assert os.path.isdir(os.path.dirname(os.path.abspath(path))), path
-        made.append((type(model).__name__, ",".join(outputs), path))
+        folder, name = os.path.split(os.path.abspath(path))
+        assert os.path.isdir(folder) and is_temporary(os.path.basename(folder)), path  # moved into place once whole
+        made.append((type(model).__name__, ",".join(outputs), os.path.join(os.path.dirname(folder), name)))
         return path
 
     monkeypatch.setattr(onnx_export, "export_onnx", fake_export)

@@ -403,7 +403,9 @@ def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, cor
     assert status == 0
     assert f"Skipping the damaged checkpoint {folders[6]}: model.safetensors has" in stdout
     assert f"Skipping the damaged checkpoint {folders[4]}: optimizer.bin is missing" in stdout
-    assert f"Resuming from {folders[2]}" in stdout and "incomplete" not in stdout
+    assert f"Resuming from {folders[2]}" in stdout and stdout.count("Resuming from") == 1
+    assert f"removed what a killed run left half-written in {out}: checkpoints/.incomplete-step_8" in stdout
+    assert not interrupted.exists()
 
     garbled = tmp_path / "garbled"
     shutil.copytree(folders[2], garbled)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib
 import importlib.metadata
 import json
@@ -350,7 +351,57 @@ def front() -> Iterator[None]:
     except KeyboardInterrupt as interruption:
         if debugging():
             raise
-        _fail(f"{interruption or 'interrupted.'}", getattr(interruption, "status", 130))
+        _fail(str(interruption) or INTERRUPTED, getattr(interruption, "status", 130))
+    except MemoryError:
+        if debugging():
+            raise
+        _fail(f"error: {OUT_OF_MEMORY}", 2)
+    except RuntimeError as error:  # the system's out-of-memory killer ended a data worker: torch says so
+        if "DataLoader worker" not in str(error) or "killed by signal" not in str(error) or debugging():
+            raise
+        _fail(f"error: {WORKER_KILLED.format(str(error).splitlines()[0].rstrip('. '))}", 2)
+    except OSError as error:  # the machine's faults: a full or read-only disk, a folder of another user's
+        line = environment_fault(error)
+        if line is None or debugging():
+            raise
+        _fail(f"error: {line}", 2)
+
+
+INTERRUPTED = (
+    "interrupted (Ctrl-C or a signal) before the work was done; nothing half-written is kept, and the same command "
+    "run again starts over."
+)
+OUT_OF_MEMORY = (
+    "this machine ran out of memory (MemoryError); nothing half-written is kept: use smaller batches or fewer data "
+    "workers, or a machine with more memory, and run the command again."
+)
+WORKER_KILLED = (
+    "{} (the system ends a process this way when memory runs out while batches are built): pass a smaller "
+    "--dataloader_num_workers or --per_device_train_batch_size, and run the command again."
+)
+# what the system says when a file cannot be written for the machine's reasons, not the program's
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+CACHE_VARIABLES = "HF_HOME, HF_DATASETS_CACHE"
+
+
+def environment_fault(error: OSError) -> str | None:
+    """The one line for an error of the machine rather than the program (`ENVIRONMENT_ERRNOS`: a full disk or quota,
+    a read-only file system, no permission), naming the file and what to do; None for any other `OSError`. A file
+    under Hugging Face's caches names the variables that move them."""
+    text = str(error)
+    if error.errno not in ENVIRONMENT_ERRNOS and "No space left on device" not in text:
+        return None
+    where = error.filename or "a file"
+    reason = error.strerror or text
+    cache = "/huggingface/" in f"{where}/" or any(
+        os.environ.get(name) and str(where).startswith(os.environ[name]) for name in CACHE_VARIABLES.split(", ")
+    )
+    remedy = (
+        f"point {CACHE_VARIABLES} at a folder with room that you can write to"
+        if cache
+        else "free space on that disk, or choose a folder you can write to"
+    )
+    return f"cannot write {where} ({reason}): {remedy}, then run the command again."
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,9 +20,11 @@ import tempfile
 from typing import Any, Literal
 
 from .arguments import Cleared, FlagConfig, check_model_source, check_positive, check_seeds, redefault
+from .atomic import is_temporary
 from .checkpoints import checkpoint_damage, resolve_checkpoint
 from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
+from .resources import SHIPPED_TOKENIZER
 from .run_folder import existing_parent
 from .tasks import EXPORTED, FINETUNED
 
@@ -307,6 +309,39 @@ class DataConfig(FlagConfig):
                 )
         if self.streaming and not (self.dataset_name or self.train_file):
             raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
+        check_datasets_cache()
+
+
+CACHE_ROOM = 64 << 20  # the least free space datasets' cache must have before a run prepares data there (64 MiB)
+
+
+def datasets_cache() -> str:
+    """Where `datasets` keeps prepared data: HF_DATASETS_CACHE, else HF_HOME/datasets (HF_HOME: else
+    XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface), as `datasets.config` resolves it, without importing it."""
+    if os.environ.get("HF_DATASETS_CACHE"):
+        return os.path.expanduser(os.environ["HF_DATASETS_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "datasets")
+
+
+def check_datasets_cache() -> None:
+    """A `UsageError` before any work when datasets' cache (`datasets_cache`) cannot hold what a run prepares: its
+    nearest existing folder is not a folder, no file can be created there (read-only, another user's), or it has
+    less than `CACHE_ROOM` free. (A disk that fills later is `command_line.environment_fault`'s line.)"""
+    import shutil
+
+    cache = datasets_cache()
+    folder = existing_parent(cache)
+    failure = creation_failure(folder) if os.path.isdir(folder) else "not a folder"
+    if failure is None and shutil.disk_usage(folder).free < CACHE_ROOM:
+        failure = f"{shutil.disk_usage(folder).free >> 20} MiB free, under the {CACHE_ROOM >> 20} MiB a run needs"
+    if failure is not None:
+        raise UsageError(
+            f"datasets' cache {cache} cannot be written ({failure}): point HF_DATASETS_CACHE (or HF_HOME) at a "
+            "folder with room that you can write to."
+        )
 
 
 def _extension(path: str) -> str:
@@ -487,6 +522,14 @@ class PretrainingConfig(DataConfig, TrainingConfig):
         check_model_source("--config_name", self.config_name, tuple(MODEL_SIZES))
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)
+
+    def read_paths(self) -> dict[str, str]:
+        """What `OutputConfig.read_paths` says, and the shipped tokenizer, read when --tokenizer_name names none
+        (`--output_dir . --overwrite_output_dir` in a checkout would delete it)."""
+        reads = super().read_paths()
+        if self.tokenizer_name is None:
+            reads[f"the shipped tokenizer {SHIPPED_TOKENIZER}"] = SHIPPED_TOKENIZER
+        return reads
 
     @property
     def length_schedule(self) -> tuple[tuple[int, int], ...]:
@@ -770,7 +813,9 @@ def tokenizer_folder_problem(output_dir: str) -> str | None:
     files)."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
-    entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    entries = (
+        sorted(name for name in os.listdir(output_dir) if not is_temporary(name)) if os.path.isdir(output_dir) else []
+    )
     if not entries:
         return None
     trained_here = False

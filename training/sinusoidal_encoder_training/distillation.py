@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.atomic import clean_leftovers, staged, temporary_path
 from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading
 from sinusoidal_encoder_training.configs import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
 
@@ -244,8 +245,9 @@ def teacher_embeddings(teacher, sentences: list[str], batch_size: int, cache_dir
         return datasets.load_from_disk(path)
     embeddings = teacher.encode(sentences, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=True)
     dataset = datasets.Dataset.from_dict({"sentence": sentences, "label": embeddings.tolist()})
-    dataset.save_to_disk(path + ".partial")
-    os.replace(path + ".partial", path)  # only a complete cache is ever read back
+    temporary = temporary_path(path)
+    dataset.save_to_disk(temporary)
+    os.replace(temporary, path)  # only a complete cache is ever read back
     return dataset
 
 
@@ -410,6 +412,7 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
         )
     print(f"{len(train_sentences)} training and {len(eval_sentences)} validation sentences")
     os.makedirs(config.output_dir, exist_ok=True)
+    clean_leftovers(config.output_dir, recursive=False)  # a cache a killed run was writing
     train_dataset = teacher_embeddings(
         teacher, train_sentences, config.teacher_batch_size, config.output_dir, teacher_name=config.teacher
     )
@@ -461,8 +464,9 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
     finite.check(config, student, trainer.state)  # before anything is evaluated or saved of NaNs
     after = evaluator(student)
 
-    student.save(config.output_dir)
-    save_tokenizer(student.tokenizer, config.output_dir)  # the class name transformers 4.x also reads
+    with staged(config.output_dir) as temporary:  # the model moved into place whole, or not at all
+        student.save(temporary)
+        save_tokenizer(student.tokenizer, temporary)  # the class name transformers 4.x also reads
     results = {
         "teacher": config.teacher,
         "train_sentences": len(train_sentences),

@@ -6,12 +6,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 from typing import Any
 
 from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
+from .atomic import staged
 from .checkpoints import resolve_checkpoint
 from .command_line import UsageError, debugging
 from .configs import DataConfig, TrainingConfig
@@ -198,22 +198,10 @@ def export_model(
 
 
 def save_atomically(output_dir: str, write) -> None:
-    """`write(folder)` into a temporary folder inside `output_dir`, then each of its entries moved into place: a
-    save that fails (a full disk) leaves no half-written weights, and the folder as it was."""
-    temporary = os.path.join(output_dir, ".incomplete-export")
-    shutil.rmtree(temporary, ignore_errors=True)
-    os.makedirs(temporary)
-    try:
+    """`write(folder)` into a temporary folder inside `output_dir`, then each of its entries moved into place
+    (`atomic.staged`): a save that fails (a full disk) leaves no half-written weights, and the folder as it was."""
+    with staged(output_dir) as temporary:
         write(temporary)
-    except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
-        raise
-    for name in os.listdir(temporary):
-        target = os.path.join(output_dir, name)
-        if os.path.isdir(target) and not os.path.islink(target):
-            shutil.rmtree(target)
-        os.replace(os.path.join(temporary, name), target)
-    os.rmdir(temporary)
 
 
 def save_failure_line(output_dir: str, error: OSError) -> str:

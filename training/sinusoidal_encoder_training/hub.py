@@ -172,10 +172,30 @@ def check_folder(folder: str) -> None:
         missing.append("model.safetensors")
     if missing:
         raise UsageError(f"{folder!r} is not an exported model folder: it has no {', '.join(missing)}.")
+    check_finished(folder)
     with open(os.path.join(folder, "config.json")) as handle:
         model_type = json.load(handle).get("model_type")
     if model_type != "sinusoidal_encoder":
         raise UsageError(f"{folder!r} holds a {model_type!r} model, not a sinusoidal_encoder one.")
+
+
+def check_finished(folder: str) -> None:
+    """Refuse a folder that a run is writing now (its run lock is held: the line names the process) or that holds
+    half-written files (`atomic.temporaries` among what the upload would send: a run killed while saving, or one
+    saving now)."""
+    from sinusoidal_encoder_training.atomic import is_temporary
+    from sinusoidal_encoder_training.run_folder import lock_holder
+
+    holder = lock_holder(folder)
+    if holder is not None:
+        raise UsageError(f"{folder!r} is being written by a run ({holder}): publish it once that run has ended.")
+    partial = [name for name in files_to_upload(folder) if any(map(is_temporary, name.split("/")))]
+    if partial:
+        more = f" and {len(partial) - 1} more" if len(partial) > 1 else ""
+        raise UsageError(
+            f"{folder!r} holds half-written files ({partial[0]}{more}) left by a run that was killed while saving: "
+            "run that command again on the folder (it removes them and saves again), or delete them."
+        )
 
 
 def check_weights(folder: str) -> None:

@@ -9,6 +9,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from .atomic import temporary_path
+
 if TYPE_CHECKING:
     from accelerate import Accelerator
 
@@ -30,9 +32,13 @@ class MetricsLog:
             kept = []
             if resumed_step is not None and os.path.exists(self.path):
                 with open(self.path) as handle:
-                    kept = [line for line in handle if line.strip() and json.loads(line)["step"] <= resumed_step]
-            with open(self.path, "w") as handle:
-                handle.writelines(kept)
+                    kept = [
+                        line for line in handle if (_record(line) or {}).get("step", resumed_step + 1) <= resumed_step
+                    ]
+            temporary = temporary_path(self.path)  # the kept lines replace the file whole: a kill keeps the old one
+            with open(temporary, "w") as handle:
+                handle.writelines(line if line.endswith("\n") else line + "\n" for line in kept)
+            os.replace(temporary, self.path)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if self.tracking:
@@ -40,6 +46,16 @@ class MetricsLog:
         if self.accelerator.is_main_process:
             with open(self.path, "a") as handle:
                 handle.write(strict_json({"step": step, "time": time.time(), **metrics}) + "\n")
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """The metrics of one line of the log, or None for a line that is not whole JSON: the last line of a run killed
+    while writing it, which a resume drops."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def finite_or_null(value: Any) -> Any:
@@ -71,7 +87,7 @@ def read_metrics(output_dir: str) -> list[dict[str, Any]]:
     if not os.path.exists(path):
         return []
     with open(path) as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        return [record for record in map(_record, handle) if record is not None]
 
 
 def perplexity(loss: float) -> float:

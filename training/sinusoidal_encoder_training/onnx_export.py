@@ -19,6 +19,7 @@ from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.atomic import clean_leftovers, staged
 from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading, require_extra
 from sinusoidal_encoder_training.configs import OnnxExportConfig
 from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, task_of_architecture
@@ -238,8 +239,10 @@ def run(config: OnnxExportConfig) -> None:
     with loading("MODEL", config.model):
         model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
     print(f"exporting {type(model).__name__} ({task}) from {config.model}")
-    os.makedirs(os.path.dirname(os.path.abspath(config.output_path)), exist_ok=True)
-    export_onnx(model, config.output_path, entry.outputs, config.opset, entry.input_axes)
+    folder, name = os.path.split(os.path.abspath(config.output_path))
+    clean_leftovers(folder, recursive=False)  # an export killed before
+    with staged(folder, replaces=(name + ".data",)) as temporary:  # the graph's weights file keeps its name
+        export_onnx(model, os.path.join(temporary, name), entry.outputs, config.opset, entry.input_axes)
     print(f"wrote {config.output_path}")
     if not config.no_check:
         worst = check_onnx(model, config.output_path, entry.outputs, input_axes=entry.input_axes)

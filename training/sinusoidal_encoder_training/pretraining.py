@@ -54,6 +54,7 @@ from sinusoidal_encoder_training.mlm_evaluation import (
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
+from sinusoidal_encoder_training.tasks import task_of_architecture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +115,23 @@ def build_model(
     `--model_name_or_path`."""
     model_config = model_config if model_config is not None else build_model_config(config, tokenizer)
     if config.model_name_or_path:
+        line = new_head_line(config.model_name_or_path, model_config)
+        if line is not None:
+            print(line)
         with loading("--model_name_or_path", config.model_name_or_path):
             return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, config=model_config)
     return AutoModelForMaskedLM.from_config(model_config)
+
+
+def new_head_line(source: str, model_config: transformers.PretrainedConfig) -> str | None:
+    """The line that says a masked-LM head starts anew: the folder's model (config.json's `architectures`) is one of
+    another task, whose head pretraining does not use, or the bare encoder; None for a masked-LM folder."""
+    architecture = next(iter(getattr(model_config, "architectures", None) or []), None)
+    task = task_of_architecture(architecture)
+    if task is None or task == "fill-mask":
+        return None
+    held = "no head (the bare encoder)" if task == "feature-extraction" else f"a {task} head ({architecture})"
+    return f"--model_name_or_path {source!r} has {held}: pretraining continues its encoder with a new masked-LM head."
 
 
 EVALUATION_NOTE = (

@@ -26,8 +26,10 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .atomic import clean_leftovers, is_temporary
 from .checkpoints import CHECKPOINT_PATTERN, RUN_FILE, checkpoints_dir
 from .command_line import UsageError
+from .metrics_log import write_json
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -89,8 +91,7 @@ def read_run(folder: str) -> dict[str, Any] | None:
 
 def write_run(folder: str, run: dict[str, Any]) -> None:
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, RUN_FILE), "w") as handle:
-        json.dump(run, handle, indent=1, sort_keys=True)
+    write_json(os.path.join(folder, RUN_FILE), run, indent=1)
 
 
 def settings_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -141,7 +142,7 @@ def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool)
     another run's or model's files (without `overwrite`); a folder of a run that is not resumed; unwritable."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
-    entries = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    entries = sorted(name for name in _listing(output_dir) if not is_temporary(name))  # leftovers are cleaned
     if entries and not overwrite:
         record = read_run(checkpoints_dir(output_dir))
         legacy = record is None and any(
@@ -219,6 +220,28 @@ def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> s
     return None
 
 
+def lock_holder(output_dir: str) -> str | None:
+    """Which live process holds the run lock of `output_dir` (as its lock file names it), or None when no run
+    writes there now (no lock, or the lock of a process that ended). Asks the system for the lock without waiting
+    and gives it back at once."""
+    import fcntl
+
+    path = os.path.join(checkpoints_dir(output_dir), LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return os.read(fd, 200).decode(errors="replace").strip() or "another process"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def release_lock(output_dir: str) -> None:
     fd = _held_locks.pop(output_dir, None)
     if fd is not None:
@@ -270,6 +293,7 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
                     release_lock(output_dir)
                     empty_folder(output_dir)
                     problem = take_lock(output_dir)
+                clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
                 write_run(checkpoints_dir(output_dir), run)
         except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
             release_lock(output_dir)

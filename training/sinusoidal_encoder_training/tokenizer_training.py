@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.atomic import clean_leftovers, staged
 from sinusoidal_encoder_training.command_line import front
 from sinusoidal_encoder_training.configs import SPECIAL_TOKENS, TokenizerTrainingConfig
 from sinusoidal_encoder_training.data import (
@@ -101,14 +102,16 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
     tokenizer = build_tokenizer(
         iterate_texts(raw, column), config.vocab_size, config.min_frequency, config.model_max_length
     )
-    save_tokenizer(tokenizer, config.output_dir)
     source = (
         config.dataset_name
         or config.train_file
         or "the built-in corpus (training/sinusoidal_encoder_training/corpus.py)"
     )
     provenance = {**dataclasses.asdict(config), "trained_on": source, "vocab_size_trained": len(tokenizer)}
-    write_json(os.path.join(config.output_dir, "training_args.json"), provenance)
+    clean_leftovers(config.output_dir, recursive=False)  # a save killed before
+    with staged(config.output_dir) as temporary:  # the tokenizer and its record, moved into place together
+        save_tokenizer(tokenizer, temporary)
+        write_json(os.path.join(temporary, "training_args.json"), provenance)
     return TokenizerTrainingResult(tokenizer=tokenizer, source=source)
 
 
