@@ -81,7 +81,7 @@ def test_an_output_folder_that_is_a_file_or_the_student_is_refused(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match=re.escape(f"--output_dir {tmp_path / 'file'} is a file")):
         distillation.DistillationConfig(model_name_or_path=MODEL, output_dir=str(tmp_path / "file"))
-    with pytest.raises(UsageError, match="distillation writes its model into --output_dir .*, which is MODEL"):
+    with pytest.raises(UsageError, match=r"distillation writes its model into --output_dir .*, which is MODEL"):
         distillation.DistillationConfig(model_name_or_path=MODEL, output_dir=MODEL + "/")
 
 
