@@ -114,7 +114,7 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
                     os.fsync(handle.fileno())
                 sizes[os.path.relpath(file, temporary)] = os.path.getsize(file)
         with open(os.path.join(temporary, MANIFEST), "w") as handle:
-            json.dump(sizes, handle, indent=1, sort_keys=True)
+            json.dump(sizes, handle, indent=1, sort_keys=True, allow_nan=False)  # sizes: strict JSON
             handle.flush()
             os.fsync(handle.fileno())
         shutil.rmtree(final, ignore_errors=True)
