@@ -199,3 +199,40 @@ def test_masks_are_keyed_by_seed_epoch_and_example(tokenizer):
     assert torch.equal(eval_masking([dataset[2]])["labels"], eval_masking([dataset[2]])["labels"])
     with pytest.raises(ValueError, match="mlm_probability"):
         KeyedMaskingCollator(tokenizer, 1.5, seed=1)
+
+
+def test_keyed_masking_draws_berts_shares_for_a_whole_batch_at_once(tokenizer):
+    """The vectorised masks have `DataCollatorForLanguageModeling`'s statistics: 15% of the tokens that are not
+    special, of which 80% [MASK], 10% a random token, 10% unchanged; a batch read at once (`__getitems__`) is masked
+    as its rows read one by one."""
+    generator = torch.Generator().manual_seed(0)
+    blocks = torch.randint(5, len(tokenizer), (512, 128), generator=generator)
+    blocks[:, 0] = tokenizer.cls_token_id
+    dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": blocks.tolist()}))
+    masking = KeyedMaskingCollator(tokenizer, 0.15, seed=3)
+    indices = list(range(512))
+    batch = masking(dataset.__getitems__(indices))
+    assert torch.equal(batch["input_ids"], masking([dataset[i] for i in indices])["input_ids"])
+    masked = batch["labels"] != -100
+    assert not masked[:, 0].any() and torch.equal(batch["labels"][masked], blocks[masked])
+    assert abs(masked[:, 1:].float().mean().item() - 0.15) < 0.005
+    replaced = (batch["input_ids"][masked] == tokenizer.mask_token_id).float().mean().item()
+    kept = (batch["input_ids"][masked] == blocks[masked]).float().mean().item()
+    assert abs(replaced - 0.8) < 0.01 and abs(kept - 0.1) < 0.01
+    randomised = batch["input_ids"][
+        masked & (batch["input_ids"] != tokenizer.mask_token_id) & (batch["input_ids"] != blocks)
+    ]
+    assert randomised.min() >= 0 and randomised.max() < len(tokenizer) and randomised.unique().numel() > 500
+
+
+def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
+    import argparse
+
+    from sinusoidal_encoder_training.loop import GPU_LOADER_WORKERS, loader_settings
+
+    auto, given = argparse.Namespace(dataloader_num_workers=None), argparse.Namespace(dataloader_num_workers=3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert loader_settings(auto) == {"num_workers": 0, "pin_memory": False}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert loader_settings(auto) == {"num_workers": GPU_LOADER_WORKERS, "pin_memory": True}
+    assert loader_settings(given) == {"num_workers": 3, "pin_memory": True}

@@ -162,7 +162,13 @@ class TrainingConfig(OutputConfig):
     )
     max_grad_norm: float = dataclasses.field(default=1.0, metadata={"help": "Gradient clipping norm (0 disables)."})
     seed: int = dataclasses.field(default=42, metadata={"help": "Seed of initialisation, data order, masks, dropout."})
-    dataloader_num_workers: int = dataclasses.field(default=0, metadata={"help": "DataLoader worker processes."})
+    dataloader_num_workers: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "DataLoader worker processes per process (default: by the device: none on a CPU, whose cores "
+            "the step needs; 2 beside a GPU, so that the next batches are built while the GPU steps)."
+        },
+    )
     mixed_precision: Literal["no", "bf16", "fp16"] | None = dataclasses.field(
         default=None,
         metadata={
@@ -203,6 +209,8 @@ class TrainingConfig(OutputConfig):
             raise UsageError("--weight_decay and --max_grad_norm must not be negative.")
         if self.num_warmup_steps is not None and self.num_warmup_steps < 0:
             raise UsageError(f"--num_warmup_steps must not be negative, got {self.num_warmup_steps}.")
+        if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
+            raise UsageError(f"--dataloader_num_workers must not be negative, got {self.dataloader_num_workers}.")
 
     def global_batch_size(self, num_processes: int) -> int:
         """Sequences per optimizer step over every process: per device × processes × accumulation steps."""

@@ -14,7 +14,7 @@ import datasets
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from .command_line import UsageError
 from .configs import LOCAL_FORMATS, DataConfig, _extension, check_split
@@ -200,16 +200,25 @@ def tokenize_and_pack(
 
 
 class IndexedExamples(torch.utils.data.Dataset):
-    """Rows of a packed map-style dataset, each tagged with its index (the key of its masks)."""
+    """Rows of a packed map-style dataset, each tagged with its index (the key of its masks). A DataLoader reads a
+    batch's rows at once (`__getitems__`: one Arrow take, no Python object per token)."""
 
     def __init__(self, dataset: datasets.Dataset):
         self.dataset = dataset
+        self.arrays = dataset.with_format("numpy", columns=["input_ids"])
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return {"input_ids": self.dataset[index]["input_ids"], "example_id": index}
+
+    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        """The rows `indices` as one batch: `input_ids` (B, T) and their `example_id` (B,)."""
+        rows = self.arrays[indices]["input_ids"]  # (B, T) when the blocks have one length
+        if rows.dtype == object:  # blocks of several lengths: each row on its own
+            return [self[index] for index in indices]
+        return {"input_ids": torch.from_numpy(rows).long(), "example_id": torch.tensor(indices, dtype=torch.long)}
 
 
 class IndexedStream(torch.utils.data.IterableDataset):
@@ -230,39 +239,65 @@ def derive_seed(*parts: int | str) -> int:
     return int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)
 
 
+# SplitMix64's constants (Steele, Lea & Flood, 2014), as the signed 64-bit integers of torch's int64 arithmetic
+_GOLDEN, _MIX1, _MIX2 = -7046029254386353131, -4658895280553007687, -7723592293110705685
+UNIT = 1 << 53  # a keyed draw is an integer in [0, UNIT): a probability p is the draws below round(p * UNIT)
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """The logical right shift of int64 `x` (torch's `>>` is arithmetic: it copies the sign bit)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser on an int64 tensor, element-wise: a bijection of 64-bit integers whose outputs for
+    consecutive inputs pass as independent and uniform (int64 multiplication wraps, as the algorithm needs)."""
+    z = x + _GOLDEN
+    z = (z ^ _shift_right(z, 30)) * _MIX1
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+def keyed_draws(keys: torch.Tensor, length: int, stream: int) -> torch.Tensor:
+    """(B, T) integers uniform in [0, UNIT), one per (row key, position, stream): a counter-based generator, so the
+    draw of a position depends only on its row's key, the position and the stream, never on the batch."""
+    positions = splitmix64(torch.arange(length, dtype=torch.long) * 8 + stream)  # (T,)
+    return _shift_right(splitmix64(keys[:, None] + positions[None, :]), 11)  # (B, T)
+
+
 class KeyedMaskingCollator:
-    """`DataCollatorForLanguageModeling` masking (`mlm_probability`, 80% [MASK] / 10% random / 10% kept), with the
-    random numbers of each example drawn from a generator seeded by (seed, epoch, example index).
+    """BERT's masking, as `DataCollatorForLanguageModeling` does it (`mlm_probability` of the tokens that are not
+    special, of which 80% become [MASK], 10% a random token and 10% stay), with the random numbers of each position
+    drawn from a counter-based generator keyed by (seed, epoch, example index, position): `keyed_draws`, for the
+    whole batch at once.
 
     The masks of a block therefore do not depend on batching, the number of processes, DataLoader prefetching or
     workers, or on where a run was resumed: a resumed run sees the masks of the uninterrupted one, and evaluation
-    (a fixed epoch key) sees the same masks every time.
+    (a fixed epoch key) sees the same masks every time. Takes a list of examples or a batch (`IndexedExamples`).
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int, epoch: int | str = 0):
-        self.collator = DataCollatorForLanguageModeling(
-            tokenizer=tokenizer, mlm=True, mlm_probability=mlm_probability, return_tensors="pt"
-        )
+        if not 0 < mlm_probability < 1:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}.")
+        self.mlm_probability = mlm_probability
+        self.mask_token_id = tokenizer.mask_token_id
+        self.vocab_size = len(tokenizer)
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
         self.seed = seed
         self.epoch = epoch
 
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        input_ids = torch.tensor([example["input_ids"] for example in examples])  # (B, T)
-        masked_ids, labels = [], []
-        for row, example in zip(input_ids, examples, strict=True):
-            self.collator.generator = torch.Generator().manual_seed(
-                derive_seed(self.seed, self.epoch, example["example_id"])
-            )
-            row = row.unsqueeze(0)  # (1, T)
-            ids, row_labels = self.collator.torch_mask_tokens(
-                row.clone(), special_tokens_mask=torch.isin(row, self.special_ids)
-            )
-            masked_ids.append(ids)
-            labels.append(row_labels)
-        self.collator.generator = None
-        return {
-            "input_ids": torch.cat(masked_ids),
-            "labels": torch.cat(labels),
-            "example_id": torch.tensor([example["example_id"] for example in examples]),
-        }
+    def __call__(self, examples: list[dict[str, Any]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if isinstance(examples, dict):
+            input_ids, example_ids = examples["input_ids"], examples["example_id"]  # (B, T), (B,)
+        else:
+            input_ids = torch.tensor([example["input_ids"] for example in examples], dtype=torch.long)  # (B, T)
+            example_ids = torch.tensor([example["example_id"] for example in examples], dtype=torch.long)  # (B,)
+        keys = splitmix64(example_ids + derive_seed(self.seed, self.epoch))  # (B,)
+        length = input_ids.shape[1]
+        masked = keyed_draws(keys, length, 0) < round(self.mlm_probability * UNIT)  # (B, T)
+        masked &= ~torch.isin(input_ids, self.special_ids)
+        replaced = masked & (keyed_draws(keys, length, 1) < round(0.8 * UNIT))
+        randomised = masked & ~replaced & (keyed_draws(keys, length, 2) < UNIT // 2)
+        ids = torch.where(replaced, self.mask_token_id, input_ids)
+        ids = torch.where(randomised, keyed_draws(keys, length, 3) % self.vocab_size, ids)
+        return {"input_ids": ids, "labels": torch.where(masked, input_ids, -100), "example_id": example_ids}

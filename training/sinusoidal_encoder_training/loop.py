@@ -71,24 +71,40 @@ def make_loaders(
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """The training loader (its order drawn from `generator`, which the task reseeds every epoch, unless the set is
     a stream; the last partial batch dropped) and the evaluation loader (every example), of the config's batch
-    sizes and workers; `accelerator.prepare` them with the model."""
+    sizes, with the workers and page-locked memory the device wants (`loader_settings`); `accelerator.prepare` them
+    with the model."""
+    settings = loader_settings(config)
     train_loader = torch.utils.data.DataLoader(
         train_set,
         batch_size=config.per_device_train_batch_size,
         shuffle=not isinstance(train_set, torch.utils.data.IterableDataset),
         generator=generator,
         collate_fn=train_collate,
-        num_workers=config.dataloader_num_workers,
         drop_last=True,
+        **settings,
     )
     eval_loader = torch.utils.data.DataLoader(
         eval_set,
         batch_size=config.per_device_eval_batch_size,
         generator=torch.Generator(),
         collate_fn=eval_collate,
-        num_workers=config.dataloader_num_workers,
+        **settings,
     )
     return train_loader, eval_loader
+
+
+GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it steps
+
+
+def loader_settings(config: TrainingConfig) -> dict[str, Any]:
+    """The DataLoader's workers (`--dataloader_num_workers`, else by the device: none on a CPU, whose cores the step
+    needs; `GPU_LOADER_WORKERS` beside a GPU) and page-locked memory (beside a GPU, so that the copy to it does not
+    wait: accelerate copies with `non_blocking`, `make_accelerator`)."""
+    gpu = torch.cuda.is_available()
+    workers = config.dataloader_num_workers
+    if workers is None:
+        workers = GPU_LOADER_WORKERS if gpu else 0
+    return {"num_workers": workers, "pin_memory": gpu}
 
 
 def bf16_is_fast() -> bool:
@@ -104,7 +120,7 @@ def bf16_is_fast() -> bool:
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
-    from accelerate.utils import GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
+    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
 
     compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
     if config.torch_compile:
@@ -119,6 +135,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
         project_dir=config.output_dir,
         mixed_precision=config.mixed_precision,
         dynamo_plugin=compile_plugin,
+        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),  # with pinned batches
     )
     from accelerate.utils import DistributedType
 

@@ -1,0 +1,217 @@
+"""The input pipeline alone: tokens/s from a packed `datasets` dataset to a masked-LM batch on the device, through
+the package's own DataLoader settings, dataset wrapper and collator (`loop.loader_settings`, `data.IndexedExamples`,
+`data.KeyedMaskingCollator`), on one CPU thread and in the main process (no worker), so that the figure is what one
+core gives; and, in the same run, the per-row way (each row read alone, each row masked with a generator of its own:
+`DataCollatorForLanguageModeling`, as the package did before) and a fine-tuning batch (text classification:
+`DataCollatorWithPadding` over tokenised rows of 16 to 128 tokens).
+
+    python -m benchmarks.input_pipeline           # 256 x 128 batches -> benchmarks/input-pipeline.{json,md}
+    python -m benchmarks.input_pipeline --batches 5 --output_dir /tmp/pipeline
+
+The target (issue "Feed the GPU"): at least 5M tokens/s for 256 x 128 masked-LM batches on one core, since a small
+model's training step on an H100-class GPU eats about 3M. The report says met or missed; no test asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from benchmarks.machine import cpu_description, git_commit
+
+TARGET = 5e6  # tokens/s for masked-LM batches, one core
+
+
+def packed_dataset(blocks: int, length: int, vocab_size: int, seed: int = 0):
+    """`blocks` packed blocks of `length` random ids (a [CLS] first), as pretraining's packed `datasets.Dataset`."""
+    import datasets
+
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (blocks, length), generator=generator)
+    ids[:, 0] = 2  # [CLS] of the shipped tokenizer: a special token, never masked
+    return datasets.Dataset.from_dict({"input_ids": ids.tolist()})
+
+
+def classification_dataset(rows: int, vocab_size: int, seed: int = 0):
+    """`rows` tokenised examples of 16 to 128 tokens with a label, as fine-tuning's tokenised splits."""
+    import datasets
+
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(16, 129, (rows,), generator=generator).tolist()
+    ids = [torch.randint(5, vocab_size, (n,), generator=generator).tolist() for n in lengths]
+    labels = torch.randint(0, 6, (rows,), generator=generator).tolist()
+    return datasets.Dataset.from_dict(
+        {"input_ids": ids, "attention_mask": [[1] * n for n in lengths], "label": labels}
+    )
+
+
+def batches(loader: torch.utils.data.DataLoader, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
+    """The loader's batches copied to `device` as the training loop gets them (non-blocking from pinned memory)."""
+    for batch in loader:
+        yield {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+
+
+def tokens_per_second(make_loader: Callable[[], torch.utils.data.DataLoader], device: torch.device, repeats: int):
+    """Median tokens/s (real tokens: the attention mask's ones, or every id) over `repeats` passes of the loader."""
+    speeds = []
+    for _ in range(repeats + 1):  # the first pass warms up
+        loader = make_loader()
+        start, tokens = time.perf_counter(), 0
+        for batch in batches(loader, device):
+            tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else batch["input_ids"].numel()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        speeds.append(tokens / (time.perf_counter() - start))
+    return statistics.median(speeds[1:])
+
+
+class PerRowMasking:
+    """The per-row way: each row masked by `DataCollatorForLanguageModeling` with a generator of its own (seeded by
+    seed, epoch and row), one row at a time."""
+
+    def __init__(self, tokenizer, probability: float, seed: int):
+        from transformers import DataCollatorForLanguageModeling
+
+        from sinusoidal_encoder_training.data import derive_seed
+
+        self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=probability, return_tensors="pt")
+        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+        self.derive_seed, self.seed = derive_seed, seed
+
+    def __call__(self, examples):
+        ids, labels = [], []
+        for example in examples:
+            self.collator.generator = torch.Generator().manual_seed(
+                self.derive_seed(self.seed, 0, example["example_id"])
+            )
+            row = torch.tensor([example["input_ids"]])  # (1, T)
+            masked, row_labels = self.collator.torch_mask_tokens(row.clone(), torch.isin(row, self.special_ids))
+            ids.append(masked)
+            labels.append(row_labels)
+        return {"input_ids": torch.cat(ids), "labels": torch.cat(labels)}
+
+
+class PerRowExamples(torch.utils.data.Dataset):
+    """Rows read one at a time (`__getitem__` alone), as the package did before."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return {"input_ids": self.dataset[index]["input_ids"], "example_id": index}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    from transformers import AutoTokenizer, DataCollatorWithPadding
+
+    from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.data import IndexedExamples, KeyedMaskingCollator
+    from sinusoidal_encoder_training.loop import loader_settings
+
+    torch.set_num_threads(1)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    rows = args.batches * args.batch_size
+    packed = packed_dataset(rows, args.length, len(tokenizer))
+    settings = {**loader_settings(argparse.Namespace(dataloader_num_workers=0)), "batch_size": args.batch_size}
+
+    def ours():
+        wrapped = IndexedExamples(packed)
+        masking = KeyedMaskingCollator(tokenizer, 0.15, seed=42)
+        return torch.utils.data.DataLoader(wrapped, shuffle=True, collate_fn=masking, drop_last=True, **settings)
+
+    def per_row():
+        wrapped = PerRowExamples(packed)
+        masking = PerRowMasking(tokenizer, 0.15, seed=42)
+        return torch.utils.data.DataLoader(wrapped, shuffle=True, collate_fn=masking, drop_last=True, **settings)
+
+    classification = classification_dataset(rows, len(tokenizer))
+    padding = DataCollatorWithPadding(tokenizer)
+
+    def finetuning():
+        return torch.utils.data.DataLoader(classification, shuffle=True, collate_fn=padding, **settings)
+
+    cells = {
+        "masked-LM, the package's pipeline": tokens_per_second(ours, device, args.repeats),
+        "masked-LM, per row (before)": tokens_per_second(per_row, device, args.repeats),
+        "fine-tuning (text classification, padded per batch)": tokens_per_second(finetuning, device, args.repeats),
+    }
+    ours_speed = cells["masked-LM, the package's pipeline"]
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": git_commit(),
+        "cpu": cpu_description(),
+        "device": str(device),
+        "threads": 1,
+        "batch": [args.batch_size, args.length],
+        "batches_per_pass": args.batches,
+        "repeats": args.repeats,
+        "tokens_per_second": cells,
+        "ratio_to_per_row": ours_speed / cells["masked-LM, per row (before)"],
+        "target_tokens_per_second": TARGET,
+        "target_met": ours_speed >= TARGET,
+    }
+
+
+def report(result: dict) -> str:
+    verdict = "met" if result["target_met"] else "missed"
+    batch, length = result["batch"]
+    lines = [
+        "# The input pipeline alone",
+        "",
+        f"{result['date']}, commit {result['commit']}, {result['cpu'].get('model', 'CPU')}, one thread, batches of "
+        f"{batch} x {length} copied to {result['device']}; medians of {result['repeats']} passes of "
+        f"{result['batches_per_pass']} batches (`python -m benchmarks.input_pipeline`).",
+        "",
+        "| pipeline | tokens/s |",
+        "|---|---:|",
+        *(f"| {name} | {speed:,.0f} |" for name, speed in result["tokens_per_second"].items()),
+        "",
+        f"The package's masked-LM pipeline runs at {result['ratio_to_per_row']:.1f}x the per-row way. Target: at "
+        f"least {TARGET / 1e6:.0f}M tokens/s for masked-LM batches on one core: **{verdict}**.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=40, help="Batches per pass.")
+    parser.add_argument("--batch_size", type=int, default=256, help="Rows per batch.")
+    parser.add_argument("--length", type=int, default=128, help="Tokens per row.")
+    parser.add_argument("--repeats", type=int, default=5, help="Timed passes (after one warm-up pass).")
+    parser.add_argument("--output_dir", default="benchmarks", help="Where input-pipeline.{json,md} are written.")
+    args = parser.parse_args(argv)
+    for name in ("batches", "batch_size", "length", "repeats"):
+        if getattr(args, name) < 1:
+            parser.exit(2, f"{parser.prog}: error: --{name} must be a positive integer, got {getattr(args, name)}.\n")
+    if args.length < 2:
+        parser.exit(2, f"{parser.prog}: error: --length must be at least 2, got {args.length}.\n")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
+    result = measure(args)
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "input-pipeline.json"), "w") as handle:
+        json.dump(result, handle, indent=1, allow_nan=False)
+    text = report(result)
+    with open(os.path.join(args.output_dir, "input-pipeline.md"), "w") as handle:
+        handle.write(text)
+    sys.stdout.write(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()
