@@ -236,3 +236,49 @@ def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert loader_settings(auto) == {"num_workers": GPU_LOADER_WORKERS, "pin_memory": True}
     assert loader_settings(given) == {"num_workers": 3, "pin_memory": True}
+
+
+@pytest.mark.parametrize("multiple", [None, 8])
+@pytest.mark.parametrize("problem", ["single_label", "regression", "multi_label", "pairs", "tokens"])
+def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, problem, multiple):
+    """`PaddingCollator` over a batch read at once (`BatchedRows`) equals `DataCollatorWithPadding` (and
+    `DataCollatorForTokenClassification` for tags per token) over the same rows read one by one: every tensor, its
+    dtype and shape, for every kind of label fine-tuning makes."""
+    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
+
+    from sinusoidal_encoder_training.classification import encode
+    from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator
+
+    words = "the function returns a new list of the items in the given order".split()
+    texts = [" ".join(words[: 3 + (5 * i) % 11]) for i in range(12)]
+    columns = {"text": texts, "pair": texts[::-1]}
+    kind, names, pair = problem, ["a", "b", "c"], None
+    if problem in ("single_label", "pairs"):
+        columns["label"] = [names[i % 3] for i in range(12)]
+        kind, pair = "single_label_classification", ("pair" if problem == "pairs" else None)
+    elif problem == "regression":
+        columns["label"], names = [i / 7 for i in range(12)], None
+    elif problem == "multi_label":
+        columns["label"], kind = [names[: 1 + i % 3] for i in range(12)], "multi_label_classification"
+    else:
+        columns = {"tokens": [text.split() for text in texts], "tags": [["a", "b"] * 8 for _ in texts]}
+        columns["tags"] = [
+            tags[: len(words_)] for tags, words_ in zip(columns["tags"], columns["tokens"], strict=True)
+        ]
+        kind = "token_classification"
+    kind = {"regression": "regression"}.get(problem, kind)
+    raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns)})
+    text_col, label_col = ("tokens", "tags") if problem == "tokens" else ("text", "label")
+    encoded = encode(raw, tokenizer, 24, kind, names, (text_col, pair, label_col))["train"]
+    reference = (DataCollatorForTokenClassification if problem == "tokens" else DataCollatorWithPadding)(
+        tokenizer, pad_to_multiple_of=multiple
+    )
+    indices = [5, 0, 11, 3, 7]
+    ours = PaddingCollator(tokenizer, pad_to_multiple_of=multiple)(BatchedRows(encoded).__getitems__(indices))
+    theirs = reference([encoded[i] for i in indices])
+    assert sorted(ours) == sorted(theirs)
+    for key, tensor in theirs.items():
+        assert ours[key].dtype == tensor.dtype and torch.equal(ours[key], tensor), key
+    assert torch.equal(
+        PaddingCollator(tokenizer, multiple)([encoded[i] for i in indices])["input_ids"], theirs["input_ids"]
+    )

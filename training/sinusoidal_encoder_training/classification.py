@@ -11,11 +11,10 @@ from typing import Any
 import datasets
 import torch
 from accelerate import Accelerator
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data import derive_seed, text_column
+from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed, text_column
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs, plan_head
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import (
@@ -54,11 +53,9 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         model_config.id2label = dict(enumerate(label_names))
         model_config.label2id = {name: i for i, name in enumerate(label_names)}
     model_config.problem_type = None if tokens else problem
-    collate = (
-        DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
-        if tokens
-        else DataCollatorWithPadding(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
-    )
+    # dynamic padding per batch, a batch at a time: DataCollatorWithPadding's (and, for tags per token,
+    # DataCollatorForTokenClassification's) batches, without a Python object per token
+    collate = PaddingCollator(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of)
     header = [
         f"Task = {config.task} ({problem}), {num_labels} label(s)",
         f"Training examples = {len(encoded['train']):,}, evaluation examples = {len(encoded['validation']):,}",
@@ -77,8 +74,8 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
 
     labels = "a real number" if problem == "regression" else ", ".join(label_names)
     return Prepared(
-        train=encoded["train"],
-        validation=encoded["validation"],
+        train=BatchedRows(encoded["train"]),
+        validation=BatchedRows(encoded["validation"]),
         collate=collate,
         make_task=lambda generator: ClassificationTask(config.seed, problem, label_names, generator),
         header=header,

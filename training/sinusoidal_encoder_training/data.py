@@ -301,3 +301,75 @@ class KeyedMaskingCollator:
         ids = torch.where(replaced, self.mask_token_id, input_ids)
         ids = torch.where(randomised, keyed_draws(keys, length, 3) % self.vocab_size, ids)
         return {"input_ids": ids, "labels": torch.where(masked, input_ids, -100), "example_id": example_ids}
+
+
+class BatchedRows(torch.utils.data.Dataset):
+    """Rows of a tokenised split (`datasets.Dataset`); a DataLoader reads a batch's rows at once, as one Arrow
+    table (`__getitems__`), for `PaddingCollator`."""
+
+    def __init__(self, dataset: datasets.Dataset):
+        self.dataset = dataset
+        self.tables = dataset.with_format("arrow")
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> pa.Table:
+        return self.tables[indices]
+
+
+# what each padded column is filled with past a row's end (the ids: the tokenizer's padding token)
+PADDING_VALUES = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask": 1, "labels": -100}
+
+
+class PaddingCollator:
+    """Dynamic padding per batch, as transformers' `DataCollatorWithPadding` and `DataCollatorForTokenClassification`
+    make it, for a whole batch at once (numpy over the Arrow columns, no Python object per token): each column of
+    token lists padded on the tokenizer's side to the batch's longest row (rounded up to `pad_to_multiple_of`), the
+    ids with the padding token, `attention_mask` and `token_type_ids` with 0, integer `labels` (a tag per token) with
+    -100; lists of floats of one length (multi-label targets) stacked; scalars as they are (float labels as
+    float32); `label` named `labels`. Takes a table (`BatchedRows`) or a list of rows."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None = None):
+        self.pad_token_id = tokenizer.pad_token_id
+        self.left = tokenizer.padding_side == "left"
+        self.multiple = pad_to_multiple_of
+
+    def __call__(self, rows: pa.Table | list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
+        batch = {}
+        for name in table.column_names:
+            column = table.column(name).combine_chunks()
+            key = "labels" if name in ("label", "label_ids") else name
+            if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+                batch[key] = self.pad(column, key)
+            else:
+                batch[key] = _tensor(column.to_numpy(zero_copy_only=False))
+        return batch
+
+    def pad(self, column: pa.ListArray, key: str) -> torch.Tensor:
+        """(B, T) of the rows of a list column: padded to the longest (token lists), or stacked (float vectors)."""
+        import numpy as np
+
+        values = column.flatten().to_numpy(zero_copy_only=False)  # every row's items, row after row
+        lengths = np.diff(column.offsets.to_numpy())  # (B,)
+        if values.dtype.kind == "f":  # a vector per row (multi-label targets): one length, stacked
+            return _tensor(values.reshape(len(column), -1))
+        longest = int(lengths.max(initial=0))
+        if self.multiple:
+            longest = -(-longest // self.multiple) * self.multiple
+        fill = self.pad_token_id if key not in PADDING_VALUES else PADDING_VALUES[key]
+        padded = np.full((len(column), longest), fill, dtype=np.int64)  # (B, T)
+        positions = np.arange(longest)[None, :]  # (1, T)
+        filled = positions >= longest - lengths[:, None] if self.left else positions < lengths[:, None]  # (B, T)
+        padded[filled] = values  # row-major: each row's items in order, in its filled positions
+        return torch.from_numpy(padded)
+
+
+def _tensor(array) -> torch.Tensor:
+    """A numpy array as the tensor transformers' collators make: floats as float32, integers as int64."""
+    tensor = torch.from_numpy(array.copy())
+    return tensor.float() if tensor.is_floating_point() else tensor.long()

@@ -70,8 +70,8 @@ class Prepared:
     labels, its pipeline example and its intended uses, and scores to add after training (the baselines), computed
     on the main process from the final evaluation."""
 
-    train: datasets.Dataset
-    validation: datasets.Dataset
+    train: torch.utils.data.Dataset  # a tokenised split, or a view of one (`data.BatchedRows`)
+    validation: torch.utils.data.Dataset
     collate: Callable
     make_task: Callable[[torch.Generator], TrainingTask]
     header: list[str]
