@@ -282,3 +282,44 @@ def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, p
     assert torch.equal(
         PaddingCollator(tokenizer, multiple)([encoded[i] for i in indices])["input_ids"], theirs["input_ids"]
     )
+
+
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_padding_the_choices_and_windows_of_a_batch_gives_transformers_collators_batches(tokenizer, multiple):
+    """Multiple choice (a row of choices, each a token list: `DataCollatorForMultipleChoice`) and question-answering
+    windows (start and end positions: `DataCollatorWithPadding`), padded a batch at once, equal transformers'."""
+    from transformers import DataCollatorForMultipleChoice, DataCollatorWithPadding
+
+    from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator
+
+    generator = torch.Generator().manual_seed(0)
+
+    def ids(n):
+        return torch.randint(5, 100, (n,), generator=generator).tolist()
+
+    lengths = [[3 + (r * 3 + c * 5) % 13 for c in range(4)] for r in range(6)]
+    choices = datasets.Dataset.from_dict(
+        {
+            "input_ids": [[ids(n) for n in row] for row in lengths],
+            "attention_mask": [[[1] * n for n in row] for row in lengths],
+            "labels": [r % 4 for r in range(6)],
+        }
+    )
+    windows = datasets.Dataset.from_dict(
+        {
+            "input_ids": [ids(4 + r * 3) for r in range(6)],
+            "attention_mask": [[1] * (4 + r * 3) for r in range(6)],
+            "start_positions": list(range(6)),
+            "end_positions": list(range(1, 7)),
+        }
+    )
+    ours = PaddingCollator(tokenizer, pad_to_multiple_of=multiple)
+    indices = [4, 1, 5, 0]
+    for data, reference in (
+        (choices, DataCollatorForMultipleChoice(tokenizer, pad_to_multiple_of=multiple)),
+        (windows, DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)),
+    ):
+        got, expected = ours(BatchedRows(data).__getitems__(indices)), reference([data[i] for i in indices])
+        assert sorted(got) == sorted(expected)
+        for key, tensor in expected.items():
+            assert got[key].dtype == tensor.dtype and torch.equal(got[key], tensor), key

@@ -326,12 +326,13 @@ PADDING_VALUES = {"attention_mask": 0, "token_type_ids": 0, "special_tokens_mask
 
 
 class PaddingCollator:
-    """Dynamic padding per batch, as transformers' `DataCollatorWithPadding` and `DataCollatorForTokenClassification`
-    make it, for a whole batch at once (numpy over the Arrow columns, no Python object per token): each column of
-    token lists padded on the tokenizer's side to the batch's longest row (rounded up to `pad_to_multiple_of`), the
-    ids with the padding token, `attention_mask` and `token_type_ids` with 0, integer `labels` (a tag per token) with
-    -100; lists of floats of one length (multi-label targets) stacked; scalars as they are (float labels as
-    float32); `label` named `labels`. Takes a table (`BatchedRows`) or a list of rows."""
+    """Dynamic padding per batch, as transformers' `DataCollatorWithPadding`, `DataCollatorForTokenClassification`
+    and `DataCollatorForMultipleChoice` make it, for a whole batch at once (numpy over the Arrow columns, no Python
+    object per token): each column of token lists padded on the tokenizer's side to the batch's longest row
+    (rounded up to `pad_to_multiple_of`), the ids with the padding token, `attention_mask` and `token_type_ids` with
+    0, integer `labels` (a tag per token) with -100; a list of token lists per row (the choices of multiple choice)
+    as (batch, choices, tokens); lists of floats of one length (multi-label targets) stacked; scalars as they are
+    (float labels as float32); `label` named `labels`. Takes a table (`BatchedRows`) or a list of rows."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, pad_to_multiple_of: int | None = None):
         self.pad_token_id = tokenizer.pad_token_id
@@ -351,9 +352,13 @@ class PaddingCollator:
         return batch
 
     def pad(self, column: pa.ListArray, key: str) -> torch.Tensor:
-        """(B, T) of the rows of a list column: padded to the longest (token lists), or stacked (float vectors)."""
+        """(B, T) of the rows of a list column: padded to the longest (token lists), or stacked (float vectors);
+        (B, C, T) of a column of C lists per row (multiple choice: every choice padded to the batch's longest)."""
         import numpy as np
 
+        if pa.types.is_list(column.type.value_type) or pa.types.is_large_list(column.type.value_type):
+            choices = self.pad(column.flatten(), key)  # (B * C, T)
+            return choices.view(len(column), -1, choices.shape[-1])  # (B, C, T)
         values = column.flatten().to_numpy(zero_copy_only=False)  # every row's items, row after row
         lengths = np.diff(column.offsets.to_numpy())  # (B,)
         if values.dtype.kind == "f":  # a vector per row (multi-label targets): one length, stacked

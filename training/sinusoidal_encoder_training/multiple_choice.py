@@ -12,11 +12,10 @@ from typing import Any
 import datasets
 import torch
 from accelerate import Accelerator
-from transformers import DataCollatorForMultipleChoice
 
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data import derive_seed
+from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 
@@ -117,9 +116,9 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     endings = check_columns(raw, label)
     encoded = encode(raw, tokenizer, config.max_length, endings, label)
     return Prepared(
-        train=encoded["train"],
-        validation=encoded["validation"],
-        collate=DataCollatorForMultipleChoice(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of),
+        train=BatchedRows(encoded["train"]),
+        validation=BatchedRows(encoded["validation"]),
+        collate=PaddingCollator(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of),
         make_task=lambda generator: MultipleChoiceTask(config.seed, generator),
         header=[
             f"Task = multiple-choice, {len(endings)} endings per row",

@@ -14,11 +14,10 @@ import datasets
 import numpy as np
 import torch
 from accelerate import Accelerator
-from transformers import DataCollatorWithPadding
 
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data import derive_seed
+from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts
 from sinusoidal_encoder_training.loop import TrainingTask, real_examples
 from sinusoidal_encoder_training.metrics import squad_scores
@@ -173,9 +172,9 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     evaluation = encoded["validation"]
     columns = ["input_ids", "attention_mask", "start_positions", "end_positions"]
     return Prepared(
-        train=encoded["train"].select_columns(columns),
-        validation=evaluation.select_columns(columns),
-        collate=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of),
+        train=BatchedRows(encoded["train"].select_columns(columns)),
+        validation=BatchedRows(evaluation.select_columns(columns)),
+        collate=PaddingCollator(tokenizer, pad_to_multiple_of=config.pad_to_multiple_of),
         make_task=lambda generator: QuestionAnsweringTask(
             config.seed, generator, evaluation.select_columns(["row", "offsets"]), raw["validation"]
         ),
