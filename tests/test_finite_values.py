@@ -13,6 +13,7 @@ import pytest
 import torch
 import yaml
 from conftest import tiny_pretraining, write_text_corpus
+from test_finetuning import SENTENCES
 
 from sinusoidal_encoder_training import classification, finetuning, pretraining
 from sinusoidal_encoder_training.checkpoints import complete_checkpoints
@@ -20,16 +21,6 @@ from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.metrics_log import METRICS_FILE, strict_json
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
-SENTENCES = [
-    "The function returns a list of strings.",
-    "Raise an error when the file is missing.",
-    "This class wraps a tokenizer and a model.",
-    "Arrays are indexed from zero.",
-    "The process group synchronises gradients.",
-    "A dataset can be streamed from the Hub.",
-    "Use a context manager to close the file.",
-    "The scheduler lowers the learning rate.",
-]
 
 
 @pytest.fixture(scope="module")
