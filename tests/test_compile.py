@@ -135,11 +135,13 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
 
 @pytest.fixture
 def _fresh_accelerate_state():
-    """accelerate keeps its state (the compile plugin included) for the whole process: reset it after an in-process
-    compiled run, so that later in-process runs of other tests are not compiled."""
-    yield
+    """accelerate keeps its state (the compile plugin included) for the whole process: reset it before an in-process
+    compiled run (an earlier in-process run of another test left its eager state) and after it, so that later
+    in-process runs of other tests are not compiled."""
     from accelerate.state import AcceleratorState
 
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
     AcceleratorState._reset_state(reset_partial_state=True)
 
 

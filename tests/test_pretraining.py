@@ -690,3 +690,34 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
     assert last.startswith(f"pretrain.py: interrupted at step {steps[-1]}; "), last
     assert f"the newest checkpoint is {out / 'checkpoints' / f'step_{steps[-1]}'}" in last, last
     assert last.endswith(f"resume with: python {PRETRAIN} {shlex.join(cmd[2:])} --resume_from_checkpoint latest")
+
+
+def test_one_process_never_waits_for_the_device_between_logged_steps(tmp_path, corpus, monkeypatch):
+    """The step's reduction stays on the device: a single-process run reads what the reductions give
+    (`.item()`, `.tolist()` of them or of what is computed from them) as often for 16 steps as for 8 when both log
+    once (at the end), so a GPU step never waits for the one before."""
+    from accelerate import Accelerator
+
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    class Watched(torch.Tensor):
+        reads = 0
+
+        def item(self):
+            Watched.reads += 1
+            return super().item()
+
+        def tolist(self):
+            Watched.reads += 1
+            return super().tolist()
+
+    real = Accelerator.reduce
+    monkeypatch.setattr(
+        Accelerator, "reduce", lambda self, *args, **kwargs: real(self, *args, **kwargs).as_subclass(Watched)
+    )
+    counts = []
+    for steps in (8, 16):
+        Watched.reads = 0
+        pretrain(tiny_pretraining(corpus, tmp_path / f"out-{steps}", max_train_steps=steps, logging_steps=steps))
+        counts.append(Watched.reads)
+    assert counts[0] == counts[1] > 0, counts

@@ -298,7 +298,9 @@ def train(
     window_loss = torch.zeros((), dtype=torch.float64, device=device)
     window_units = torch.zeros((), dtype=torch.float64, device=device)
     step_loss = torch.zeros((), dtype=torch.float64, device=device)  # this process's share of the newest step's loss
-    window_time, window_tokens = 0.0, 0  # tokens/s counts training steps only, not evaluation or checkpoints
+    window_time = 0.0  # tokens/s counts training steps only, not evaluation or checkpoints
+    window_tokens = torch.zeros((), dtype=torch.float64, device=device)  # the tokens since the last logging
+    pending_tokens = torch.zeros((), dtype=torch.float64, device=device)  # not yet in progress.tokens_seen
     stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps))
     stopping = False
     try:
@@ -324,17 +326,20 @@ def train(
                     ]
                 )
                 # one reduction gives the step's units and tokens, whether any process was asked to stop, and the
-                # loss of the step before (a non-finite one stops the run before this step)
-                units, tokens, requests, previous_loss = accelerator.reduce(local, reduction="sum").tolist()
-                watch.see(progress.completed_steps, previous_loss)
+                # loss of the step before; it stays on the device (`LossWatch.track` keeps the first non-finite
+                # loss there). The host reads it only where processes must agree on a stop: one process decides
+                # alone, so a single-GPU step never waits for the one before
+                reduced = accelerator.reduce(local, reduction="sum")
+                units, tokens, previous_loss = reduced[0], reduced[1], reduced[3]
+                watch.track(progress.completed_steps, previous_loss)
                 step_loss.zero_()
-                if requests:
+                if reduced[2].item() if world > 1 else stop.requested:
                     stopping = True
                     break
                 # each micro-batch's loss is its sum over the step's units; DDP averages gradients over processes and
                 # accelerator.backward divides by the accumulation steps: the gradient is that of the step's mean
                 scale = world * config.gradient_accumulation_steps
-                items = torch.tensor(max(units, 1.0), dtype=torch.float32, device=device)  # a tensor: no recompiles
+                items = units.clamp(min=1.0).float()  # a tensor: no recompiles, no read
                 for batch in window:
                     with accelerator.accumulate(model):
                         loss = task.loss(model, batch, items)
@@ -347,37 +352,43 @@ def train(
                     window_loss += loss.detach().double() * units  # this process's sum
                     step_loss += loss.detach().double()
                 window_units += units
+                window_tokens += tokens
+                pending_tokens += tokens
                 progress.completed_steps += 1
                 progress.batches_in_epoch += config.gradient_accumulation_steps
-                progress.tokens_seen += int(tokens)
-                window_tokens += int(tokens)
-                window_time += time.perf_counter() - step_start
                 bar.update(1)
 
                 step = progress.completed_steps
-                if step % config.logging_steps == 0 or step == max_train_steps:
+                logging = step % config.logging_steps == 0 or step == max_train_steps
+                evaluating = config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps
+                saving = config.checkpointing_steps and step % config.checkpointing_steps == 0
+                if logging or evaluating or saving:  # the host reads the device: the step's GPU time is in the window
+                    progress.tokens_seen += int(pending_tokens.item())
+                    pending_tokens.zero_()
+                window_time += time.perf_counter() - step_start
+                if logging:
                     # every process's sums over the steps' units (the same on every process: reduced already)
                     sums = accelerator.reduce(torch.stack([window_loss, step_loss]), "sum")
-                    loss, latest = torch.stack([sums[0] / window_units.clamp(min=1.0), sums[1]]).tolist()
+                    loss, latest, seen = torch.stack([sums[0] / window_units.clamp(min=1.0), sums[1], window_tokens])
+                    loss, latest, seen = loss.item(), latest.item(), seen.item()
                     watch.see(step, latest)  # before the loss is logged
                     metrics = {
                         "train_loss": loss,
                         "learning_rate": scheduler.get_last_lr()[0],
-                        "tokens_per_second": window_tokens / window_time,
+                        "tokens_per_second": seen / window_time,
                         "tokens_seen": progress.tokens_seen,
                         "epoch": progress.epoch,
                     }
                     bar.set_postfix(
                         loss=f"{loss:.3f}",
                         lr=f"{metrics['learning_rate']:.2e}",
-                        tok_s=f"{window_tokens / window_time:,.0f}",
+                        tok_s=f"{seen / window_time:,.0f}",
                     )
                     metrics_log.log(metrics, step)
                     window_loss.zero_()
                     window_units.zero_()
-                    window_time, window_tokens = 0.0, 0
-                evaluating = config.eval_steps and step % config.eval_steps == 0 and step < max_train_steps
-                saving = config.checkpointing_steps and step % config.checkpointing_steps == 0
+                    window_tokens.zero_()
+                    window_time = 0.0
                 if evaluating or saving:
                     watch.settle(accelerator, model, step, step_loss)
                 if evaluating:
@@ -403,6 +414,7 @@ def train(
             step = progress.completed_steps
             if config.checkpointing_steps and step and step not in dict(complete_checkpoints(config.output_dir)):
                 watch.settle(accelerator, model, step, step_loss)
+                progress.tokens_seen += int(pending_tokens.item())
                 save_checkpoint(accelerator, config.output_dir, step, config.checkpoints_total_limit)
             raise stop.kind(interruption_line(config, step))
     except KeyboardInterrupt as interruption:  # a second Ctrl-C or SIGTERM: at once, from where training stands
@@ -415,6 +427,7 @@ def train(
         stop.uninstall()
         bar.close()
     watch.settle(accelerator, model, progress.completed_steps, step_loss)  # nothing evaluated or saved of NaNs
+    progress.tokens_seen += int(pending_tokens.item())
 
     final = task.evaluate(model, eval_loader, accelerator)
     metrics_log.log(final, progress.completed_steps)
@@ -427,18 +440,53 @@ def train(
 
 class LossWatch:
     """A training loss that is not finite (NaN, infinity) stops the run with one line (`diverged_line`), before
-    anything is logged, evaluated or saved from it. The host learns each step's loss where the loop reads values
-    anyway: one step late, in the next step's reduction, or at once at a logging step; before an evaluation or a
-    checkpoint, and before the final evaluation (whose weights are saved), `settle` reads the step's loss and whether
-    every weight is finite (one reduction, at those moments only)."""
+    anything is logged, evaluated or saved from it. The host does not wait for the device each step to learn it:
+    every step's loss (summed over the processes, one step late, from the next step's reduction) is kept on the
+    device (`track`: the first one that is not finite, and the newest finite one before it), and read where the loop
+    reads values anyway: at a logging step (`see`), and before an evaluation, a checkpoint and the final evaluation,
+    whose weights are saved (`settle`, with a count of the weights that are not finite)."""
 
     def __init__(self, config: TrainingConfig, mixed_precision: str, step: int):
         self.config, self.mixed_precision = config, mixed_precision
         self.seen = step  # the newest step whose loss the host has seen (a resumed run: the checkpoint's)
         self.last: tuple[int, float] | None = None  # (step, loss) of the newest finite loss seen
+        # on the device: the first bad step (-1: none) and its loss, the newest good step before it and its loss
+        self.tracked: torch.Tensor | None = None
+
+    def track(self, step: int, loss: torch.Tensor) -> None:
+        """Keep the loss of optimizer step `step` (a scalar tensor, summed over every process) on its device."""
+        if step <= self.seen:
+            return
+        if self.tracked is None:
+            self.tracked = torch.tensor([-1.0, 0.0, -1.0, 0.0], dtype=torch.float64, device=loss.device)
+        finite, clean = torch.isfinite(loss), self.tracked[0] < 0  # clean: no bad step before this one
+        first_bad, good = clean & ~finite, clean & finite
+        self.tracked = torch.stack(
+            [
+                torch.where(first_bad, float(step), self.tracked[0]),
+                torch.where(first_bad, loss.double(), self.tracked[1]),
+                torch.where(good, float(step), self.tracked[2]),
+                torch.where(good, loss.double(), self.tracked[3]),
+            ]
+        )
+
+    def check(self) -> None:
+        """Read what `track` kept: a `UsageError` when a tracked loss was not finite."""
+        if self.tracked is None:
+            return
+        bad_step, bad_loss, good_step, good_loss = self.tracked.tolist()
+        self.tracked = None
+        if good_step >= 0 and (self.last is None or good_step > self.last[0]):
+            self.last = (int(good_step), good_loss)
+        if bad_step >= 0:
+            what = f"The training loss is {bad_loss}"
+            raise UsageError(diverged_line(self.config, self.mixed_precision, what, int(bad_step), self.last))
+        self.seen = max(self.seen, int(good_step))
 
     def see(self, step: int, loss: float) -> None:
-        """The loss of optimizer step `step` (summed over every process): a `UsageError` when it is not finite."""
+        """The loss of optimizer step `step` (summed over every process), read by the host: a `UsageError` when it,
+        or a loss tracked before it, is not finite."""
+        self.check()
         if step <= self.seen:
             return
         if not math.isfinite(loss):
