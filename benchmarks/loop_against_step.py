@@ -34,6 +34,7 @@ from benchmarks.machine import cpu_description, git_commit
 
 TARGETS = {"small": 0.85, "base": 0.95}  # on a GPU; on a CPU the loop should keep the step's speed
 CPU_TARGET = 0.95
+CORPUS_STEPS = 40  # the corpus holds this many steps' blocks at most: a longer run trains several epochs over it
 
 
 def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
@@ -59,7 +60,7 @@ def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float
     from sinusoidal_encoder_training.metrics_log import read_metrics
     from sinusoidal_encoder_training.pretraining import pretrain
 
-    tokens = (args.steps + 2) * args.batch_size * args.length * 2
+    tokens = (min(args.steps, CORPUS_STEPS) + 2) * args.batch_size * args.length * 2  # longer runs: more epochs
     corpus = corpus_file(folder, tokens)
     config = PretrainingConfig(
         output_dir=os.path.join(folder, "run"),

@@ -13,7 +13,9 @@ one line, after the setup (which is how it is tested on a CPU: tests/test_gpu_co
 
 RESULTS_DIR receives seven files: `gpu-summary.md` and `.json` (the device, torch/CUDA/transformers versions, the
 tests' outcome, what was skipped and why, the benchmark's report), `gpu-tests.xml` (pytest's JUnit report) and
-`gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu.py).
+`gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu.py); and, with the
+benchmark, a folder `loop-SIZE` for each cell of `LOOP_CELLS`: the real pretraining loop against its bare step
+(benchmarks/loop_against_step.py: `loop-against-step.md`, `.json` and `.log`), whose reports the summary shows.
 """
 
 from __future__ import annotations
@@ -301,7 +303,37 @@ def summary_markdown(summary: dict) -> str:
         lines += ["", "Failed: " + ", ".join(tests["failures"]) + " (gpu-tests.log)."]
     lines += ["", f"## Benchmark ({summary['benchmark_seconds']:.0f} s)", ""]
     lines.append(NO_BENCHMARK if summary["benchmark"] is None else summary["benchmark"])
+    for cell in summary.get("loop_against_step", []):
+        lines += ["", f"## The loop against the step: {cell['name']} ({cell['seconds']:.0f} s)", ""]
+        lines.append(cell["report"] or f"Not measured (exit status {cell['status']}; {cell['log']}).")
     return "\n".join(lines) + "\n"
+
+
+# the loop-against-step cells (benchmarks/loop_against_step.py): size, steps, time limit in seconds
+LOOP_CELLS = (("small", 300, 240), ("base", 60, 240))
+
+
+def loop_cells(results: Path, environment: dict) -> list[dict]:
+    """The real pretraining loop against its bare step at each size of `LOOP_CELLS` (eager, bf16), each under its
+    time limit, into RESULTS_DIR/loop-SIZE/: its report, or why there is none."""
+    cells = []
+    for size, steps, limit in LOOP_CELLS:
+        folder = results / f"loop-{size}"
+        command = [sys.executable, "-m", "benchmarks.loop_against_step", "--size", size, "--steps", str(steps)]
+        command += ["--output_dir", str(folder)]
+        folder.mkdir(parents=True, exist_ok=True)
+        status, seconds = run_step(command, folder / "loop-against-step.log", limit, environment)
+        report = folder / "loop-against-step.md"
+        cells.append(
+            {
+                "name": f"{size}, {steps} steps",
+                "status": status,
+                "seconds": seconds,
+                "report": report.read_text() if report.exists() else None,
+                "log": str(folder / "loop-against-step.log"),
+            }
+        )
+    return cells
 
 
 def run_step(command: list[str], log: Path | None, timeout: int, environment: dict) -> tuple[int, float]:
@@ -391,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     pytest = [sys.executable, "-m", "pytest", str(REPO / "tests" / "test_gpu.py"), "-m", "gpu", "-v", "-rs"]
     pytest += ["-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args]
     tests_status, tests_seconds = run_step(pytest, results / "gpu-tests.log", TESTS_TIMEOUT, environment)
-    benchmark_status, benchmark_seconds, benchmark = None, 0.0, None
+    benchmark_status, benchmark_seconds, benchmark, loops = None, 0.0, None, []
     if not args.no_benchmark:
         command = [sys.executable, "-m", "benchmarks.gpu", "--output", str(results)]
         command += ["--time_budget", str(args.benchmark_budget)]
@@ -399,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)
         report = results / "gpu-benchmark.md"
         benchmark = report.read_text() if report.exists() else None
+        loops = loop_cells(results, environment)
     outcomes = test_outcomes(junit)
     summary = {
         "command": "bash scripts/test_gpu.sh " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -413,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark_status": benchmark_status,
         "benchmark_seconds": benchmark_seconds,
         "benchmark": benchmark,
+        "loop_against_step": loops,
     }
     (results / "gpu-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (results / "gpu-summary.md").write_text(summary_markdown(summary))

@@ -193,7 +193,17 @@ def test_the_summary_names_the_device_versions_tests_and_benchmark():
     text = gpu_check.summary_markdown(summary)
     assert "NVIDIA H100 80GB HBM3" in text and "torch 2.11.0+cu130 (CUDA 13.0)" in text
     assert "9 passed, 0 failed, 0 errors, 2 skipped (95 s)" in text and gpu_check.NO_BENCHMARK in text
-    assert "datasets-5.2.0-py3-none-any.whl" in text
+    assert "datasets-5.2.0-py3-none-any.whl" in text and "loop against the step" not in text
+    summary["loop_against_step"] = [
+        {"name": "small, 300 steps", "status": 0, "seconds": 41.0, "report": "The loop keeps 0.91 of", "log": "x"},
+        {"name": "base, 60 steps", "status": 124, "seconds": 240.0, "report": None, "log": "out/loop-base/log"},
+    ]
+    text = gpu_check.summary_markdown(summary)
+    assert "## The loop against the step: small, 300 steps (41 s)\n\nThe loop keeps 0.91 of" in text
+    assert (
+        "## The loop against the step: base, 60 steps (240 s)\n\nNot measured (exit status 124; out/loop-base/log)."
+        in text
+    )
 
 
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
