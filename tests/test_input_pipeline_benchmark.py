@@ -19,7 +19,8 @@ def test_a_tiny_run_writes_every_cell_and_the_verdict(tmp_path, capsys):
     assert set(written["tokens_per_second"]) == {
         "masked-LM, the package's pipeline",
         "masked-LM, per row (before)",
-        "fine-tuning (text classification, padded per batch)",
+        "fine-tuning, the package's pipeline",
+        "fine-tuning, per row (before: DataCollatorWithPadding)",
     }
     assert all(speed > 0 for speed in written["tokens_per_second"].values())
     assert written["target_met"] == (written["tokens_per_second"]["masked-LM, the package's pipeline"] >= 5e6)
