@@ -125,17 +125,27 @@ def write_plots(
     base: float = 10000.0,
     unit: str = TASKS["fill-mask"].loss_units[""],
     by_tokens: bool = False,
+    encoding: bool = True,
 ) -> dict[str, str]:
     """Draw every picture into `output_dir`, the losses in `unit` (against tokens seen with `by_tokens`); return
-    {file name: title} of those written."""
-    plot_encoding(os.path.join(output_dir, "encoding_heatmap.png"), hidden_size, base)
-    plot_dot_products(os.path.join(output_dir, "encoding_dot_products.png"), hidden_size, base)
-    written = {name: PICTURES[name] for name in ("encoding_heatmap.png", "encoding_dot_products.png")}
+    {file name: title} of those written. The pictures of the encoding PE only with `encoding` (a model that adds
+    it to its embeddings: not a rotary, ALiBi or position-free one)."""
+    written = {}
+    if encoding:
+        plot_encoding(os.path.join(output_dir, "encoding_heatmap.png"), hidden_size, base)
+        plot_dot_products(os.path.join(output_dir, "encoding_dot_products.png"), hidden_size, base)
+        written = {name: PICTURES[name] for name in ("encoding_heatmap.png", "encoding_dot_products.png")}
     metrics = read_metrics(output_dir)
     if plot_losses(os.path.join(output_dir, "loss_curves.png"), metrics, by_tokens=by_tokens, unit=unit):
         extras = " with the unigram baseline and the order gap" if any("eval_order_gap" in m for m in metrics) else ""
         written["loss_curves.png"] = f"{PICTURES['loss_curves.png']} ({unit}){extras}"
     return written
+
+
+def adds_encoding(config: dict) -> bool:
+    """Whether the model of `config` (config.json's fields) adds the encoding PE to its embeddings: the sinusoidal
+    `position_encoding` (the default), with positions."""
+    return config.get("position_mode") != "none" and config.get("position_encoding", "sinusoidal") == "sinusoidal"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         config.get("position_encoding_base", 10000.0),
         loss_unit(config),
         by_tokens=args.by_tokens,
+        encoding=adds_encoding(config),
     )
     for name in written:
         print(os.path.join(args.folder, name))
