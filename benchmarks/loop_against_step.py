@@ -20,6 +20,7 @@ dominates, 1.00 within the noise. The report says met or missed; nothing asserts
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
@@ -54,10 +55,63 @@ def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
     return path
 
 
-def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float]]:
-    """The pretraining loop's tokens/s: the median of the logged windows after the first."""
+def classification_file(folder: str, rows: int, seed: int = 0) -> str:
+    """A JSON-lines file of `rows` texts of 10 to 85 words (about 16 to 128 tokens) with one of 6 labels."""
+    from pydoc_data.topics import topics
+
+    words = sorted({word for text in topics.values() for word in text.split() if word.isalpha()})
+    generator = random.Random(seed)
+    path = os.path.join(folder, "rows.jsonl")
+    with open(path, "w") as handle:
+        for _ in range(rows):
+            text = " ".join(generator.choices(words, k=generator.randint(10, 85)))
+            handle.write(json.dumps({"text": text, "label": f"label{generator.randrange(6)}"}) + "\n")
+    return path
+
+
+def model_folder(args: argparse.Namespace, folder: str) -> str:
+    """A new masked-LM of the preset with the shipped tokenizer, saved as pretraining would: what fine-tuning
+    starts from."""
+    from transformers import AutoTokenizer
+
+    from sinusoidal_encoder_training import SHIPPED_TOKENIZER
     from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.pretraining import build_model
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    config = PretrainingConfig(output_dir="unused", config_name=args.size, config_overrides=args.config_overrides)
+    path = os.path.join(folder, "pretrained")
+    build_model(config, tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float]]:
+    """The loop's tokens/s (pretraining's or fine-tuning's): the median of the logged windows after the first."""
     from sinusoidal_encoder_training.metrics_log import read_metrics
+
+    if args.task == "finetuning":
+        from sinusoidal_encoder_training.configs import FinetuningConfig
+        from sinusoidal_encoder_training.finetuning import finetune
+
+        rows = classification_file(folder, min(args.steps, CORPUS_STEPS) * args.batch_size)
+        config = FinetuningConfig(
+            model_name_or_path=model_folder(args, folder),
+            output_dir=os.path.join(folder, "run"),
+            train_file=rows,
+            validation_split_percentage=1,
+            max_length=args.length,
+            per_device_train_batch_size=args.batch_size,
+            per_device_eval_batch_size=args.batch_size,
+            max_train_steps=args.steps,
+            mixed_precision=args.mixed_precision,
+            torch_compile=args.compile,
+            seed=0,
+        )
+        finetune(config)
+        windows = [m["tokens_per_second"] for m in read_metrics(config.output_dir) if "tokens_per_second" in m]
+        return statistics.median(windows[1:] or windows), windows
+    from sinusoidal_encoder_training.configs import PretrainingConfig
     from sinusoidal_encoder_training.pretraining import pretrain
 
     tokens = (min(args.steps, CORPUS_STEPS) + 2) * args.batch_size * args.length * 2  # longer runs: more epochs
@@ -82,7 +136,8 @@ def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float
 
 
 def step_speed(args: argparse.Namespace) -> tuple[float, list[float]]:
-    """The bare step's tokens/s: the median over `--repeats` timed groups of steps on one fixed masked batch."""
+    """The bare step's tokens/s: the median over `--repeats` timed groups of steps on one fixed batch (a masked-LM
+    batch, or for fine-tuning a padded classification batch: its real tokens counted)."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from transformers import AutoTokenizer
@@ -103,24 +158,27 @@ def step_speed(args: argparse.Namespace) -> tuple[float, list[float]]:
     )
     accelerator = Accelerator(mixed_precision=args.mixed_precision)
     model = build_model(config, tokenizer)
+    if args.task == "finetuning":  # a padded batch of classification rows, as fine-tuning's collator makes it
+        model, inputs, mask, labels, items, tokens = classification_step(args, tokenizer, model)
+    else:  # a masked-LM batch of whole blocks
+        ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=torch.Generator())
+        batch = KeyedMaskingCollator(tokenizer, 0.15, seed=0)({"input_ids": ids, "example_id": torch.arange(len(ids))})
+        inputs, labels, mask, tokens = batch["input_ids"], batch["labels"], None, ids.numel()
+        items = (labels != -100).sum().float()
     optimizer = make_optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
     if args.compile:
         model = torch.compile(model, dynamic=True)
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=generator)
-    batch = KeyedMaskingCollator(tokenizer, 0.15, seed=0)(
-        {"input_ids": ids, "example_id": torch.arange(args.batch_size)}
-    )
-    inputs, labels = batch["input_ids"].to(accelerator.device), batch["labels"].to(accelerator.device)
-    items = (labels != -100).sum().float()
+    device = accelerator.device
+    inputs, labels, items = inputs.to(device), labels.to(device), items.to(device)
+    mask = None if mask is None else mask.to(device)
 
     def steps(count: int) -> float:
         synchronize(accelerator.device)
         start = time.perf_counter()
         for _ in range(count):
             with accelerator.autocast():
-                loss = model(input_ids=inputs, labels=labels, num_items_in_batch=items).loss
+                loss = model(input_ids=inputs, attention_mask=mask, labels=labels, num_items_in_batch=items).loss
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
@@ -130,9 +188,31 @@ def step_speed(args: argparse.Namespace) -> tuple[float, list[float]]:
     model.train()
     steps(3)  # warm-up (and compilation)
     group = max(1, args.steps // args.repeats)
-    speeds = [group * args.batch_size * args.length / steps(group) for _ in range(args.repeats)]
+    speeds = [group * tokens / steps(group) for _ in range(args.repeats)]
     AcceleratorState._reset_state(reset_partial_state=True)
     return statistics.median(speeds), speeds
+
+
+def classification_step(args, tokenizer, pretrained):
+    """The fine-tuning step's model (a sequence classifier of 6 labels on the encoder of `pretrained`), a batch of
+    rows of 16 to `--length` tokens padded as `PaddingCollator` pads them, its labels, their count and the real
+    tokens."""
+    import sinusoidal_encoder as se
+    from sinusoidal_encoder_training.data import PaddingCollator
+
+    model_config = copy.deepcopy(pretrained.config)
+    model_config.num_labels = 6  # (new label names too)
+    model = se.SinusoidalEncoderForSequenceClassification(model_config)
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(16, args.length + 1, (args.batch_size,), generator=generator).tolist()
+    rows = [
+        {"input_ids": torch.randint(5, len(tokenizer), (n,), generator=generator).tolist(), "attention_mask": [1] * n}
+        for n in lengths
+    ]
+    batch = PaddingCollator(tokenizer)(rows)
+    labels = torch.randint(0, 6, (args.batch_size,), generator=generator)
+    items = torch.tensor(float(args.batch_size))
+    return model, batch["input_ids"], batch["attention_mask"], labels, items, sum(lengths)
 
 
 def synchronize(device: torch.device) -> None:
@@ -151,6 +231,7 @@ def measure(args: argparse.Namespace) -> dict:
         "commit": git_commit(),
         "device": torch.cuda.get_device_name() if gpu else "cpu",
         "cpu": cpu_description(),
+        "task": args.task,
         "size": args.size,
         "config_overrides": args.config_overrides,
         "batch": [args.batch_size, args.length],
@@ -183,7 +264,7 @@ def report(result: dict) -> str:
             "| | tokens/s |",
             "|---|---:|",
             f"| the bare step | {result['step_tokens_per_second']:,.0f} |",
-            f"| the pretraining loop | {result['loop_tokens_per_second']:,.0f} |",
+            f"| the {result['task']} loop | {result['loop_tokens_per_second']:,.0f} |",
             "",
             f"The loop keeps {result['ratio']:.2f} of the step's speed; target {result['target']:.2f}: **{verdict}**.",
             "",
@@ -193,6 +274,13 @@ def report(result: dict) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--task",
+        default="pretraining",
+        choices=("pretraining", "finetuning"),
+        help="Which loop: masked-LM "
+        "pretraining, or fine-tuning for text classification (rows of 16 to --length tokens, 6 labels).",
+    )
     parser.add_argument("--size", default="small", choices=("tiny", "small", "base"), help="The model preset.")
     parser.add_argument("--config_overrides", default=None, help="Fields of the preset to change (as pretraining's).")
     parser.add_argument("--batch_size", type=int, default=256, help="Sequences per step.")

@@ -14,7 +14,7 @@ one line, after the setup (which is how it is tested on a CPU: tests/test_gpu_co
 RESULTS_DIR receives seven files: `gpu-summary.md` and `.json` (the device, torch/CUDA/transformers versions, the
 tests' outcome, what was skipped and why, the benchmark's report), `gpu-tests.xml` (pytest's JUnit report) and
 `gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu.py); and, with the
-benchmark, a folder `loop-SIZE` for each cell of `LOOP_CELLS`: the real pretraining loop against its bare step
+benchmark, a folder `loop-TASK-SIZE` for each cell of `LOOP_CELLS`: the real training loop against its bare step
 (benchmarks/loop_against_step.py: `loop-against-step.md`, `.json` and `.log`), whose reports the summary shows.
 """
 
@@ -309,24 +309,29 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# the loop-against-step cells (benchmarks/loop_against_step.py): size, steps, time limit in seconds
-LOOP_CELLS = (("small", 300, 240), ("base", 60, 240))
+# the loop-against-step cells (benchmarks/loop_against_step.py): task, size, steps, time limit in seconds
+LOOP_CELLS = (
+    ("pretraining", "small", 300, 200),
+    ("pretraining", "base", 60, 200),
+    ("finetuning", "small", 300, 200),
+    ("finetuning", "base", 60, 200),
+)
 
 
 def loop_cells(results: Path, environment: dict) -> list[dict]:
-    """The real pretraining loop against its bare step at each size of `LOOP_CELLS` (eager, bf16), each under its
-    time limit, into RESULTS_DIR/loop-SIZE/: its report, or why there is none."""
+    """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS` (eager,
+    bf16), each under its time limit, into RESULTS_DIR/loop-TASK-SIZE/: its report, or why there is none."""
     cells = []
-    for size, steps, limit in LOOP_CELLS:
-        folder = results / f"loop-{size}"
-        command = [sys.executable, "-m", "benchmarks.loop_against_step", "--size", size, "--steps", str(steps)]
-        command += ["--output_dir", str(folder)]
+    for task, size, steps, limit in LOOP_CELLS:
+        folder = results / f"loop-{task}-{size}"
+        command = [sys.executable, "-m", "benchmarks.loop_against_step", "--task", task, "--size", size]
+        command += ["--steps", str(steps), "--output_dir", str(folder)]
         folder.mkdir(parents=True, exist_ok=True)
         status, seconds = run_step(command, folder / "loop-against-step.log", limit, environment)
         report = folder / "loop-against-step.md"
         cells.append(
             {
-                "name": f"{size}, {steps} steps",
+                "name": f"{task}, {size}, {steps} steps",
                 "status": status,
                 "seconds": seconds,
                 "report": report.read_text() if report.exists() else None,

@@ -11,12 +11,14 @@ from benchmarks import loop_against_step
 
 
 @pytest.mark.slow
-def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path):
-    argv = ["--size", "tiny", "--config_overrides", "hidden_size=8,intermediate_size=16,num_attention_heads=2"]
+@pytest.mark.parametrize("task", ["pretraining", "finetuning"])
+def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path, task):
+    argv = ["--task", task, "--size", "tiny", "--config_overrides", "hidden_size=8,intermediate_size=16"]
     argv += ["--batch_size", "8", "--length", "16", "--steps", "20", "--repeats", "2", "--output_dir", str(tmp_path)]
     result = loop_against_step.main(argv)
     written = json.loads((tmp_path / "loop-against-step.json").read_text())
     assert written == result and written["batch"] == [8, 16] and len(written["loop_windows"]) == 2
+    assert written["task"] == task and f"| the {task} loop |" in (tmp_path / "loop-against-step.md").read_text()
     assert written["ratio"] == pytest.approx(written["loop_tokens_per_second"] / written["step_tokens_per_second"])
     assert written["target_met"] == (written["ratio"] >= written["target"])
     text = (tmp_path / "loop-against-step.md").read_text()
