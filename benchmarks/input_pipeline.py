@@ -16,8 +16,6 @@ model's training step on an H100-class GPU eats about 3M. The report says met or
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -25,7 +23,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from benchmarks.machine import cpu_description, git_commit
+from benchmarks.machine import cpu_description, git_commit, write_record
 
 TARGET = 5e6  # tokens/s for masked-LM batches, one core
 
@@ -215,13 +213,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     result = measure(args)
-    os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "input-pipeline.json"), "w") as handle:
-        json.dump(result, handle, indent=1, allow_nan=False)
-    text = report(result)
-    with open(os.path.join(args.output_dir, "input-pipeline.md"), "w") as handle:
-        handle.write(text)
-    sys.stdout.write(text)
+    sys.stdout.write(write_record(args.output_dir, "input-pipeline", result, report(result)))
     return result
 
 

@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from benchmarks.machine import cpu_description, git_commit
+from benchmarks.machine import cpu_description, git_commit, write_record
 
 TARGETS = {"small": 0.85, "base": 0.95}  # on a GPU; on a CPU the loop should keep the step's speed
 CPU_TARGET = 0.95
@@ -90,39 +90,9 @@ def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float
     """The loop's tokens/s (pretraining's or fine-tuning's): the median of the logged windows after the first."""
     from sinusoidal_encoder_training.metrics_log import read_metrics
 
-    if args.task == "finetuning":
-        from sinusoidal_encoder_training.configs import FinetuningConfig
-        from sinusoidal_encoder_training.finetuning import finetune
-
-        rows = classification_file(folder, min(args.steps, CORPUS_STEPS) * args.batch_size)
-        config = FinetuningConfig(
-            model_name_or_path=model_folder(args, folder),
-            output_dir=os.path.join(folder, "run"),
-            train_file=rows,
-            validation_split_percentage=1,
-            max_length=args.length,
-            per_device_train_batch_size=args.batch_size,
-            per_device_eval_batch_size=args.batch_size,
-            max_train_steps=args.steps,
-            mixed_precision=args.mixed_precision,
-            torch_compile=args.compile,
-            seed=0,
-        )
-        finetune(config)
-        windows = [m["tokens_per_second"] for m in read_metrics(config.output_dir) if "tokens_per_second" in m]
-        return statistics.median(windows[1:] or windows), windows
-    from sinusoidal_encoder_training.configs import PretrainingConfig
-    from sinusoidal_encoder_training.pretraining import pretrain
-
-    tokens = (min(args.steps, CORPUS_STEPS) + 2) * args.batch_size * args.length * 2  # longer runs: more epochs
-    corpus = corpus_file(folder, tokens)
-    config = PretrainingConfig(
+    common = dict(
         output_dir=os.path.join(folder, "run"),
-        train_file=corpus,
         validation_split_percentage=1,
-        config_name=args.size,
-        config_overrides=args.config_overrides,
-        max_seq_length=args.length,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=args.batch_size,
         max_train_steps=args.steps,
@@ -130,7 +100,29 @@ def loop_speed(args: argparse.Namespace, folder: str) -> tuple[float, list[float
         torch_compile=args.compile,
         seed=0,
     )
-    pretrain(config)
+    steps = min(args.steps, CORPUS_STEPS)  # the data of this many steps at most: a longer run trains more epochs
+    if args.task == "finetuning":
+        from sinusoidal_encoder_training.configs import FinetuningConfig
+        from sinusoidal_encoder_training.finetuning import finetune
+
+        rows = classification_file(folder, steps * args.batch_size)
+        config = FinetuningConfig(
+            model_name_or_path=model_folder(args, folder), train_file=rows, max_length=args.length, **common
+        )
+        finetune(config)
+    else:
+        from sinusoidal_encoder_training.configs import PretrainingConfig
+        from sinusoidal_encoder_training.pretraining import pretrain
+
+        corpus = corpus_file(folder, (steps + 2) * args.batch_size * args.length * 2)
+        config = PretrainingConfig(
+            train_file=corpus,
+            config_name=args.size,
+            config_overrides=args.config_overrides,
+            max_seq_length=args.length,
+            **common,
+        )
+        pretrain(config)
     windows = [line["tokens_per_second"] for line in read_metrics(config.output_dir) if "tokens_per_second" in line]
     return statistics.median(windows[1:] or windows), windows
 
@@ -309,13 +301,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     result = measure(args)
-    os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "loop-against-step.json"), "w") as handle:
-        json.dump(result, handle, indent=1, allow_nan=False)
-    text = report(result)
-    with open(os.path.join(args.output_dir, "loop-against-step.md"), "w") as handle:
-        handle.write(text)
-    sys.stdout.write(text)
+    sys.stdout.write(write_record(args.output_dir, "loop-against-step", result, report(result)))
     return result
 
 

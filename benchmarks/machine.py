@@ -38,3 +38,15 @@ def git_commit() -> str | None:
         ["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True, check=False
     )
     return proc.stdout.strip() or None
+
+
+def write_record(folder: str, stem: str, result: dict, text: str) -> str:
+    """A benchmark's record: `folder/STEM.json` (strict JSON) and its report `folder/STEM.md` (`text`, returned)."""
+    import json
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{stem}.json"), "w") as handle:
+        json.dump(result, handle, indent=1, allow_nan=False)
+    with open(os.path.join(folder, f"{stem}.md"), "w") as handle:
+        handle.write(text)
+    return text
