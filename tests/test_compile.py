@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import pretrain_cmd, random_ids, run_command, tiny_config, write_text_corpus
+from conftest import pretrain_cmd, random_ids, run_command, tiny_config, tiny_pretraining, write_text_corpus
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
@@ -177,3 +177,29 @@ def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
     run_finetune(output_dir=str(tmp_path / "a"))
     run_finetune(output_dir=str(tmp_path / "b"), resume_from_checkpoint=str(tmp_path / "a" / "checkpoints" / "step_3"))
     assert same_weights(tmp_path / "a", tmp_path / "b")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("_fresh_accelerate_state")
+def test_a_compiled_run_compiles_once_per_mode_whatever_the_lengths(tmp_path):
+    """A compiled pretraining run under a sequence-length schedule (rows of 8, 16, then 32 tokens: batches of 32 x 8,
+    16 x 16, 8 x 32) with an evaluation midway captures one graph for training and one for each kind of evaluation
+    (with and without labels), never one per length or per step: the sparse prediction's data-dependent size is
+    traced (it broke the graph at every forward) and equal sizes are not assumed (32 x 32 recompiled)."""
+    from torch._dynamo.utils import counters
+
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
+    config = tiny_pretraining(
+        corpus,
+        tmp_path / "out",
+        max_train_steps=6,
+        seq_length_schedule="8:2,16:4",
+        eval_steps=3,
+        torch_compile=True,
+        torch_compile_backend="aot_eager",
+    )
+    counters.clear()
+    pretrain(config)
+    assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])

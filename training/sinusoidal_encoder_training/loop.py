@@ -117,6 +117,19 @@ def bf16_is_fast() -> bool:
     )
 
 
+def compile_once_per_mode() -> None:
+    """Settings under which a compiled run captures one graph per mode (training; evaluation with and without
+    labels) whatever the lengths, batch sizes and masks of its batches: the masked-LM head's sparse prediction
+    (`hidden[labels != -100]`, a size that depends on the data) is traced instead of breaking the graph at every
+    forward, and sizes that happen to be equal (a batch of 32 rows of 32 tokens, under a sequence-length schedule)
+    are not assumed equal in the next batch, which recompiled."""
+    import torch._dynamo.config
+    import torch.fx.experimental._config
+
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    torch.fx.experimental._config.use_duck_shape = False
+
+
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
@@ -127,6 +140,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
         compile_plugin = TorchDynamoPlugin(
             backend=config.torch_compile_backend, mode=config.torch_compile_mode, dynamic=True
         )
+        compile_once_per_mode()
     accelerator = Accelerator(
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
