@@ -137,12 +137,17 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
 def _fresh_accelerate_state():
     """accelerate keeps its state (the compile plugin included) for the whole process: reset it before an in-process
     compiled run (an earlier in-process run of another test left its eager state) and after it, so that later
-    in-process runs of other tests are not compiled."""
+    in-process runs of other tests are not compiled; the dynamo settings a compiled run sets
+    (`loop.compile_once_per_mode`) are put back after it."""
+    import torch._dynamo.config
+    import torch.fx.experimental._config
     from accelerate.state import AcceleratorState
 
+    settings = (torch._dynamo.config.capture_dynamic_output_shape_ops, torch.fx.experimental._config.use_duck_shape)
     AcceleratorState._reset_state(reset_partial_state=True)
     yield
     AcceleratorState._reset_state(reset_partial_state=True)
+    torch._dynamo.config.capture_dynamic_output_shape_ops, torch.fx.experimental._config.use_duck_shape = settings
 
 
 @pytest.mark.slow
