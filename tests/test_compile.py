@@ -199,9 +199,9 @@ def test_a_compiled_run_compiles_once_per_mode_whatever_the_lengths(tmp_path):
     config = tiny_pretraining(
         corpus,
         tmp_path / "out",
-        max_train_steps=6,
-        seq_length_schedule="8:2,16:4",
-        eval_steps=3,
+        max_train_steps=4,
+        seq_length_schedule="8:1,16:2",
+        eval_steps=2,
         torch_compile=True,
         torch_compile_backend="aot_eager",
     )

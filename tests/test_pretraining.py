@@ -694,7 +694,7 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
 
 def test_one_process_never_waits_for_the_device_between_logged_steps(tmp_path, corpus, monkeypatch):
     """The step's reduction stays on the device: a single-process run reads what the reductions give
-    (`.item()`, `.tolist()` of them or of what is computed from them) as often for 16 steps as for 8 when both log
+    (`.item()`, `.tolist()` of them or of what is computed from them) as often for 8 steps as for 4 when both log
     once (at the end), so a GPU step never waits for the one before."""
     from accelerate import Accelerator
 
@@ -716,7 +716,7 @@ def test_one_process_never_waits_for_the_device_between_logged_steps(tmp_path, c
         Accelerator, "reduce", lambda self, *args, **kwargs: real(self, *args, **kwargs).as_subclass(Watched)
     )
     counts = []
-    for steps in (8, 16):
+    for steps in (4, 8):
         Watched.reads = 0
         pretrain(tiny_pretraining(corpus, tmp_path / f"out-{steps}", max_train_steps=steps, logging_steps=steps))
         counts.append(Watched.reads)
