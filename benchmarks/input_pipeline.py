@@ -7,7 +7,7 @@ of 16 to 128 tokens padded per batch) the package's way (`data.BatchedRows`, `da
 way (`DataCollatorWithPadding`, as before).
 
     python -m benchmarks.input_pipeline           # 256 x 128 batches -> benchmarks/input-pipeline.{json,md}
-    python -m benchmarks.input_pipeline --batches 5 --output_dir /tmp/pipeline
+    python -m benchmarks.input_pipeline --batches 5 --output_dir outputs/pipeline
 
 The target (issue "Feed the GPU"): at least 5M tokens/s for 256 x 128 masked-LM batches on one core, since a small
 model's training step on an H100-class GPU eats about 3M. The report says met or missed; no test asserts a time.

@@ -2,7 +2,7 @@
 
     python -m benchmarks.loop_against_step                            # small, 256 x 128, on the GPU if there is one
     python -m benchmarks.loop_against_step --size tiny --config_overrides hidden_size=8,intermediate_size=16 \\
-        --steps 20 --output_dir /tmp/loop                              # a CPU check at the smallest model
+        --steps 20 --output_dir outputs/loop                           # a CPU check at the smallest model
 
 The loop is `pretraining.pretrain()` itself, in this process: the package's data pipeline (a packed `datasets`
 corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of the device), accelerate, the loop,

@@ -89,6 +89,10 @@ def test_an_interrupt_while_the_data_is_prepared_is_a_sentence_and_the_rerun_sta
             OSError(errno.EROFS, "Read-only file system", "/mnt/out/model.onnx"),
             "cannot write /mnt/out/model.onnx (Read-only file system): free space on that disk, or choose a folder",
         ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/srv/shared/model.safetensors"),
+            "cannot access /srv/shared/model.safetensors (Permission denied): give this user access to it",
+        ),
         (MemoryError(), "this machine ran out of memory (MemoryError)"),
         (
             RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. "),

@@ -393,6 +393,11 @@ def environment_fault(error: OSError) -> str | None:
         return None
     where = error.filename or "a file"
     reason = error.strerror or text
+    if error.errno in (errno.EACCES, errno.EPERM):  # reading or writing: this user may not
+        return (
+            f"cannot access {where} ({reason}): give this user access to it, or choose another path, then run the "
+            "command again."
+        )
     cache = "/huggingface/" in f"{where}/" or any(
         os.environ.get(name) and str(where).startswith(os.environ[name]) for name in CACHE_VARIABLES.split(", ")
     )
