@@ -14,8 +14,9 @@ one line, after the setup (which is how it is tested on a CPU: tests/test_gpu_co
 RESULTS_DIR receives seven files: `gpu-summary.md` and `.json` (the device, torch/CUDA/transformers versions, the
 tests' outcome, what was skipped and why, the benchmark's report), `gpu-tests.xml` (pytest's JUnit report) and
 `gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu.py); and, with the
-benchmark, a folder `loop-TASK-SIZE` for each cell of `LOOP_CELLS`: the real training loop against its bare step
-(benchmarks/loop_against_step.py: `loop-against-step.md`, `.json` and `.log`), whose reports the summary shows.
+benchmark, a folder `loop-TASK-SIZE-eager` or `loop-TASK-SIZE-MODE` (compiled) for each cell of `LOOP_CELLS`: the
+real training loop against its bare step (benchmarks/loop_against_step.py: `loop-against-step.md`, `.json` and
+`.log`), whose reports the summary shows.
 """
 
 from __future__ import annotations
@@ -309,29 +310,41 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# the loop-against-step cells (benchmarks/loop_against_step.py): task, size, steps, time limit in seconds
+# the loop-against-step cells (benchmarks/loop_against_step.py): task, size, steps, time limit in seconds, and the
+# torch.compile mode (None: eager). Compiled: the small model in reduce-overhead (CUDA graphs) where its shapes are
+# static (pretraining's whole blocks), else in the default mode (fine-tuning pads each batch to its longest row: CUDA
+# graphs would be recorded anew for every length). A compiled cell compiles the bare step and the loop from nothing,
+# hence its longer limit. The cells take 2,000 s at most (each stopped at its limit), usually a fraction of it.
 LOOP_CELLS = (
-    ("pretraining", "small", 300, 200),
-    ("pretraining", "base", 60, 200),
-    ("finetuning", "small", 300, 200),
-    ("finetuning", "base", 60, 200),
+    ("pretraining", "small", 300, 200, None),
+    ("pretraining", "base", 60, 200, None),
+    ("finetuning", "small", 300, 200, None),
+    ("finetuning", "base", 60, 200, None),
+    ("pretraining", "small", 300, 300, "reduce-overhead"),
+    ("pretraining", "base", 60, 300, "default"),
+    ("finetuning", "small", 300, 300, "default"),
+    ("finetuning", "base", 60, 300, "default"),
 )
 
 
 def loop_cells(results: Path, environment: dict) -> list[dict]:
-    """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS` (eager,
-    bf16), each under its time limit, into RESULTS_DIR/loop-TASK-SIZE/: its report, or why there is none."""
+    """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS`, eager and
+    compiled (bf16), each under its time limit, into RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its
+    report, or why there is none."""
     cells = []
-    for task, size, steps, limit in LOOP_CELLS:
-        folder = results / f"loop-{task}-{size}"
+    for task, size, steps, limit, mode in LOOP_CELLS:
+        folder = results / f"loop-{task}-{size}-{mode or 'eager'}"
         command = [sys.executable, "-m", "benchmarks.loop_against_step", "--task", task, "--size", size]
         command += ["--steps", str(steps), "--output_dir", str(folder)]
+        if mode is not None:
+            command += ["--torch_compile", "--torch_compile_mode", mode]
         folder.mkdir(parents=True, exist_ok=True)
         status, seconds = run_step(command, folder / "loop-against-step.log", limit, environment)
         report = folder / "loop-against-step.md"
+        how = "eager" if mode is None else f"compiled ({mode})"
         cells.append(
             {
-                "name": f"{task}, {size}, {steps} steps",
+                "name": f"{task}, {size}, {how}, {steps} steps",
                 "status": status,
                 "seconds": seconds,
                 "report": report.read_text() if report.exists() else None,

@@ -168,28 +168,31 @@ def test_the_outcomes_and_the_skipped_line_come_from_pytests_junit_report(tmp_pa
     assert gpu_check.test_outcomes(tmp_path / "absent.xml")["passed"] == 0
 
 
+SUMMARY = {
+    "command": "bash scripts/test_gpu.sh out",
+    "date": "2026-11-26",
+    "commit": "abc1234",
+    "device": {
+        "name": "NVIDIA H100 80GB HBM3",
+        "count": 1,
+        "memory_gib": 79.2,
+        "capability": "9.0",
+        "torch": "2.11.0+cu130",
+        "cuda": "13.0",
+        "transformers": "5.17.0",
+        "python": "3.12.3",
+    },
+    "installed": ["datasets-5.2.0-py3-none-any.whl"],
+    "tests": {"passed": 9, "failed": 0, "errors": 0, "skipped": 2, "failures": [], "skips": []},
+    "tests_seconds": 95.2,
+    "skipped_line": "Skipped: nothing.",
+    "benchmark_seconds": 170.0,
+    "benchmark": None,
+}
+
+
 def test_the_summary_names_the_device_versions_tests_and_benchmark():
-    summary = {
-        "command": "bash scripts/test_gpu.sh out",
-        "date": "2026-11-26",
-        "commit": "abc1234",
-        "device": {
-            "name": "NVIDIA H100 80GB HBM3",
-            "count": 1,
-            "memory_gib": 79.2,
-            "capability": "9.0",
-            "torch": "2.11.0+cu130",
-            "cuda": "13.0",
-            "transformers": "5.17.0",
-            "python": "3.12.3",
-        },
-        "installed": ["datasets-5.2.0-py3-none-any.whl"],
-        "tests": {"passed": 9, "failed": 0, "errors": 0, "skipped": 2, "failures": [], "skips": []},
-        "tests_seconds": 95.2,
-        "skipped_line": "Skipped: nothing.",
-        "benchmark_seconds": 170.0,
-        "benchmark": None,
-    }
+    summary = dict(SUMMARY)
     text = gpu_check.summary_markdown(summary)
     assert "NVIDIA H100 80GB HBM3" in text and "torch 2.11.0+cu130 (CUDA 13.0)" in text
     assert "9 passed, 0 failed, 0 errors, 2 skipped (95 s)" in text and gpu_check.NO_BENCHMARK in text
@@ -204,6 +207,41 @@ def test_the_summary_names_the_device_versions_tests_and_benchmark():
         "## The loop against the step: base, 60 steps (240 s)\n\nNot measured (exit status 124; out/loop-base/log)."
         in text
     )
+
+
+def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_summary_shows_each(
+    tmp_path, monkeypatch
+):
+    """Pretraining and fine-tuning at small and base, eager and compiled: the small model's pretraining (static
+    shapes) with CUDA graphs (reduce-overhead), the others in the default mode; each cell in its own folder under its
+    time limit, its report in the summary."""
+    runs = []
+
+    def run_step(command, log, timeout, environment):
+        runs.append((command, timeout))
+        folder = Path(command[command.index("--output_dir") + 1])
+        (folder / "loop-against-step.md").write_text(f"The report of {' '.join(command[3:])}.")
+        return 0, 12.0
+
+    monkeypatch.setattr(gpu_check, "run_step", run_step)
+    cells = gpu_check.loop_cells(tmp_path, {})
+    modes = {}
+    for command, timeout in runs:
+        assert command[1:3] == ["-m", "benchmarks.loop_against_step"] and timeout > 0
+        task, size = command[command.index("--task") + 1], command[command.index("--size") + 1]
+        compiled = "--torch_compile" in command
+        mode = command[command.index("--torch_compile_mode") + 1] if compiled else None
+        modes[task, size, compiled] = mode
+    cases = {(task, size) for task in ("pretraining", "finetuning") for size in ("small", "base")}
+    assert set(modes) == {(*case, compiled) for case in cases for compiled in (False, True)}
+    assert modes["pretraining", "small", True] == "reduce-overhead"
+    assert {modes[key] for key in modes if key[2] and key != ("pretraining", "small", True)} == {"default"}
+    folders = {Path(command[command.index("--output_dir") + 1]) for command, _ in runs}
+    assert len(folders) == len(runs) == len(cells) and all(folder.parent == tmp_path for folder in folders)
+    text = gpu_check.summary_markdown({**SUMMARY, "loop_against_step": cells})
+    assert text.count("## The loop against the step: ") == len(runs)
+    assert "## The loop against the step: pretraining, small, compiled (reduce-overhead), 300 steps (12 s)" in text
+    assert "## The loop against the step: finetuning, base, eager, 60 steps (12 s)\n\nThe report of" in text
 
 
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):

@@ -1,33 +1,107 @@
 """benchmarks/loop_against_step.py: a tiny run measures the bare step and the real pretraining loop and writes the
-ratio and its verdict; bad input is one line. Mechanics only: no time is asserted."""
+ratio and its verdict, with the first logging window (the warm-up) beside a steady one, eager or compiled; bad input
+is one line. Mechanics only: no time is asserted."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
 from benchmarks import loop_against_step
+
+TINY = ["--size", "tiny", "--config_overrides", "hidden_size=8,intermediate_size=16"]
+SHORT = ["--batch_size", "8", "--length", "16", "--steps", "20", "--repeats", "2"]
+
+
+def check_record(folder, result: dict) -> str:
+    """The record as written, its figures consistent with each other; returns the report."""
+    written = json.loads((folder / "loop-against-step.json").read_text())
+    text = (folder / "loop-against-step.md").read_text()
+    assert written == result and written["batch"] == [8, 16] and len(written["loop_windows"]) == 2
+    assert f"| the {written['task']} loop |" in text
+    assert written["ratio"] == pytest.approx(written["loop_tokens_per_second"] / written["step_tokens_per_second"])
+    assert written["target_met"] == (written["ratio"] >= written["target"])
+    assert f"The loop keeps {written['ratio']:.2f} of the step's speed" in text
+    seconds = written["loop_window_seconds"]
+    assert len(seconds) == 2 and written["loop_first_window_seconds"] == seconds[0]
+    assert written["loop_steady_window_seconds"] == seconds[1]
+    assert min([*seconds, written["step_first_window_seconds"], written["step_steady_window_seconds"]]) > 0
+    assert written["loop_seconds"] > sum(seconds)  # the whole run: data preparation and evaluation too
+    assert "| | tokens/s | first 10 steps | 10 steady steps |" in text and "Warm-up (the first 10 steps" in text
+    return text
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["pretraining", "finetuning"])
 def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path, task):
-    argv = ["--task", task, "--size", "tiny", "--config_overrides", "hidden_size=8,intermediate_size=16"]
-    argv += ["--batch_size", "8", "--length", "16", "--steps", "20", "--repeats", "2", "--output_dir", str(tmp_path)]
-    result = loop_against_step.main(argv)
-    written = json.loads((tmp_path / "loop-against-step.json").read_text())
-    assert written == result and written["batch"] == [8, 16] and len(written["loop_windows"]) == 2
-    assert written["task"] == task and f"| the {task} loop |" in (tmp_path / "loop-against-step.md").read_text()
-    assert written["ratio"] == pytest.approx(written["loop_tokens_per_second"] / written["step_tokens_per_second"])
-    assert written["target_met"] == (written["ratio"] >= written["target"])
-    text = (tmp_path / "loop-against-step.md").read_text()
-    assert f"The loop keeps {written['ratio']:.2f} of the step's speed" in text
+    result = loop_against_step.main(["--task", task, *TINY, *SHORT, "--output_dir", str(tmp_path)])
+    text = check_record(tmp_path, result)
+    assert result["task"] == task and not result["torch_compile"] and result["loop_graphs"] is None
+    assert ", eager (`python -m" in text and "graph(s)" not in text and "CUDA" not in text
+
+
+@pytest.fixture
+def _fresh_compile_state():
+    """accelerate keeps the compile plugin in its process-wide state, and a compiled loop sets dynamo's settings
+    (`loop.compile_once_per_mode`): both put back after the test, so that later in-process runs are eager."""
+    import torch._dynamo.config
+    import torch.fx.experimental._config
+    from accelerate.state import AcceleratorState
+
+    settings = (torch._dynamo.config.capture_dynamic_output_shape_ops, torch.fx.experimental._config.use_duck_shape)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    torch._dynamo.reset()
+    torch._dynamo.config.capture_dynamic_output_shape_ops, torch.fx.experimental._config.use_duck_shape = settings
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("_fresh_compile_state")
+def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_path):
+    """`--torch_compile` compiles the bare step and the loop with the same backend, mode and dynamic shapes, each
+    from nothing: the loop's graphs are counted, and the inductor caches are left as they were. The backend is
+    dynamo's `eager` (the capture alone: inductor's C++ compilation would take minutes on a CPU, and
+    tests/test_compile.py checks the loop under aot_eager)."""
+    from accelerate import Accelerator
+    from torch._dynamo.utils import counters
+
+    caches = torch._inductor.config.force_disable_caches
+    prepared = []
+    real_prepare = Accelerator.prepare
+
+    def prepare(self, *args, **kwargs):  # which plugin the bare step's Accelerator compiled with
+        prepared.append(self.state.dynamo_plugin)
+        return real_prepare(self, *args, **kwargs)
+
+    argv = [*TINY, *SHORT, "--output_dir", str(tmp_path), "--torch_compile", "--torch_compile_backend", "eager"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Accelerator, "prepare", prepare)
+        result = loop_against_step.main([*argv, "--torch_compile_mode", "reduce-overhead"])
+    text = check_record(tmp_path, result)
+    step_plugin = prepared[0]
+    assert (step_plugin.backend.value.lower(), step_plugin.mode, step_plugin.dynamic) == (
+        "eager",
+        "reduce-overhead",
+        True,
+    )
+    assert result["torch_compile"] and result["torch_compile_mode"] == "reduce-overhead"
+    assert ", compiled (eager, mode reduce-overhead) (`python -m" in text
+    # the loop's own graphs (training, evaluation with labels): one per mode, counted after the bare step's
+    assert 1 <= result["loop_graphs"]["captured"] <= 3 and counters["stats"]["unique_graphs"] > 0
+    assert f"the loop captured {result['loop_graphs']['captured']} graph(s), " in text and "CUDA graphs" in text
+    assert torch._inductor.config.force_disable_caches == caches
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
-    [(["--steps", "10"], "--steps must be at least 20"), (["--batch_size", "0"], "--batch_size must be a positive")],
+    [
+        (["--steps", "10"], "--steps must be at least 20"),
+        (["--batch_size", "0"], "--batch_size must be a positive"),
+        (["--torch_compile_mode", "reduce-overhead"], "--torch_compile_mode reduce-overhead needs --torch_compile"),
+    ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as stopped:
