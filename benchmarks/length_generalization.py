@@ -65,10 +65,10 @@ from sinusoidal_encoder_training.data import (
     KeyedMaskingCollator,
     tokenize_and_pack,
 )
+from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, unigram_log_probs
 from sinusoidal_encoder_training.export import published_config, save_tokenizer, write_sentence_transformers_files
 from sinusoidal_encoder_training.loop import bf16_is_fast
 from sinusoidal_encoder_training.metrics_log import perplexity, read_metrics
-from sinusoidal_encoder_training.mlm_evaluation import permute_inner_tokens, unigram_log_probs
 
 ARMS = {
     "shipped": "ours as shipped (consecutive positions)",
@@ -313,50 +313,28 @@ def evaluation_batches(tokenizer, lengths: Sequence[int], config: LengthGenerali
     return batches
 
 
-@torch.no_grad()
-def masked_lm_loss(
+def masked_lm_scores(
     model,
     batches: list[dict],
+    unigram: torch.Tensor | None = None,
+    order_seed: int | None = None,
     position_scale: float = 1.0,
     window: int | None = None,
-    permute_seed: int | None = None,
-) -> tuple[float, int]:
-    """Masked-token-weighted cross-entropy over all batches and the number of masked tokens. Two inference-time
-    remedies for our model: `position_scale` < 1 feeds positions p·scale (long inputs squeezed into the trained range);
-    `window` is `long_input_attention_window`: past the training length each token attends only to the tokens fewer
-    than `window` positions away. With `permute_seed`, each block's tokens (all but the first) are shuffled first,
-    masks moving with their tokens, as the order gap of pretraining's evaluation does (`permute_inner_tokens`)."""
-    total, count = 0.0, 0
-    for batch in batches:
-        if permute_seed is not None:
-            batch = permute_inner_tokens(batch, permute_seed)
-        ids, labels = batch["input_ids"], batch["labels"]
-        keep = labels != -100
-        if isinstance(model, BertForMaskedLM):
-            hidden = model.bert(input_ids=ids).last_hidden_state  # (B, T, d)
-            logits = model.cls(hidden[keep])  # (N, V)
-        else:
-            position_ids = None
-            if position_scale != 1.0:
-                position_ids = (torch.arange(ids.shape[1], dtype=torch.float64) * position_scale).unsqueeze(0)
-            model.config.long_input_attention_window = window  # applies past max_position_embeddings only
-            hidden = model.model(input_ids=ids, position_ids=position_ids).last_hidden_state  # (B, T, d)
-            model.config.long_input_attention_window = None
-            logits = model.lm_head(hidden[keep])  # (N, V)
-        total += F.cross_entropy(logits.double(), labels[keep], reduction="sum").item()
-        count += int(keep.sum())
-    return total / max(count, 1), count
-
-
-def unigram_loss(batches: list[dict], log_probs: torch.Tensor) -> float:
-    """The unigram baseline on the masked tokens of `batches`: minus the mean training log-frequency of each."""
-    total, count = 0.0, 0
-    for batch in batches:
-        labels = batch["labels"]
-        keep = labels != -100
-        total -= float(log_probs[labels[keep]].sum())
-        count += int(keep.sum())
-    return total / max(count, 1)
+) -> dict[str, float]:
+    """The library's masked-LM evaluation of `batches` (`evaluation.MaskedLMEvaluation`: loss, masked tokens, and
+    with `unigram` the unigram baseline, with `order_seed` the order gap, as pretraining evaluates), under two
+    inference-time remedies for our model: `position_scale` < 1 feeds positions p·scale (long inputs squeezed into
+    the trained range); `window` is `long_input_attention_window`: past the training length each token attends only
+    to the tokens fewer than `window` positions away."""
+    inputs = {}
+    if position_scale != 1.0:
+        length = batches[0]["input_ids"].shape[1]
+        inputs["position_ids"] = (torch.arange(length, dtype=torch.float64) * position_scale).unsqueeze(0)  # (1, T)
+    model.config.long_input_attention_window = window  # applies past max_position_embeddings only
+    try:
+        return MaskedLMEvaluation(unigram, order_seed)(model, batches, **inputs)
+    finally:
+        model.config.long_input_attention_window = None
 
 
 def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Tensor:
@@ -407,15 +385,17 @@ def evaluate_arm(
     model = load_arm(folder)
     result: dict[str, Any] = {name: {} for name in MEASUREMENTS}
     for length, length_batches in batches.items():
-        loss, count = masked_lm_loss(model, length_batches)
+        scores = masked_lm_scores(model, length_batches, unigram, order_seed=config.mask_seed)
+        loss, count = scores["eval_loss"], scores["eval_masked_tokens"]
         result["loss"][str(length)], result["masked_tokens"][str(length)] = loss, count
-        permuted = masked_lm_loss(model, length_batches, permute_seed=config.mask_seed)[0]
-        result["order_gap"][str(length)] = permuted - loss
-        result["unigram_loss"][str(length)] = unigram_loss(length_batches, unigram)
+        result["order_gap"][str(length)] = scores["eval_order_gap"]
+        result["unigram_loss"][str(length)] = scores["eval_unigram_loss"]
         if arm in SINUSOIDAL_ARMS and length > TRAIN_LENGTH:
-            result["scaled_loss"][str(length)] = masked_lm_loss(model, length_batches, TRAIN_LENGTH / length)[0]
+            scaled = masked_lm_scores(model, length_batches, position_scale=TRAIN_LENGTH / length)
+            result["scaled_loss"][str(length)] = scaled["eval_loss"]
             for window in WINDOWS:
-                result[f"window{window}_loss"][str(length)] = masked_lm_loss(model, length_batches, window=window)[0]
+                windowed = masked_lm_scores(model, length_batches, window=window)
+                result[f"window{window}_loss"][str(length)] = windowed["eval_loss"]
         print(
             f"{arm} seed {seed}: {length} tokens, loss {loss:.4f} over {count:,} masked tokens, order gap "
             f"{result['order_gap'][str(length)]:+.4f}"

@@ -1,6 +1,6 @@
 """Which pretraining recipe makes a small model use word order on a CPU budget? Arms of training/pretrain.py on the
 built-in corpus, each scored by its final evaluation: eval loss, the unigram baseline on the same masked tokens, and
-the order gap (`sinusoidal_encoder_training.mlm_evaluation`).
+the order gap (`sinusoidal_encoder_training.evaluation`).
 
     python benchmarks/order_recipe.py --jobs 2                       # every arm, two at a time, one thread each
     python benchmarks/order_recipe.py --arms v4k_preln v4k_mask30    # some of them

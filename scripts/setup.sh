@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up .venv with the package (editable) and its training and development extras. Safe to run again: once this
-# pyproject.toml and setup.py are installed (a stamp in .venv records them), it does nothing, so a second run needs
-# no package registry (resuming a run on a machine without one works).
+# pyproject.toml, setup.py and the command table they read (its console scripts) are installed (a stamp in .venv
+# records them), it does nothing, so a second run needs no package registry (resuming a run on a machine without one
+# works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 stamp=.venv/.installed-from
-wanted=$(cat pyproject.toml setup.py | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+wanted=$(cat pyproject.toml setup.py training/sinusoidal_encoder_training/commands.py | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
 if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] \
   && .venv/bin/python -c "import torch, sinusoidal_encoder, sinusoidal_encoder_training" 2>/dev/null; then
   exit 0

@@ -76,43 +76,43 @@ def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
             torch.testing.assert_close(b.grad, a.grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_masked_lm_loss_is_the_masked_token_mean_and_scales_positions():
+def test_the_lab_scores_with_the_librarys_evaluation_and_scales_positions():
     model = se.SinusoidalEncoderForMaskedLM(tiny_config(max_position_embeddings=8)).eval()  # evaluated past it
     ids = random_ids(2, 16)
     labels = torch.where(torch.rand(ids.shape) < 0.3, ids, torch.full_like(ids, -100))
     batches = [{"input_ids": ids[:1], "labels": labels[:1]}, {"input_ids": ids[1:], "labels": labels[1:]}]
-    loss, count = lg.masked_lm_loss(model, batches)
+    scores = lg.masked_lm_scores(model, batches)
+    loss, count = scores["eval_loss"], scores["eval_masked_tokens"]
     with torch.no_grad():
         expected = model(input_ids=ids, labels=labels).loss.item()
     assert count == int((labels != -100).sum())
     assert loss == pytest.approx(expected, rel=1e-5)
-    scaled, _ = lg.masked_lm_loss(model, batches, position_scale=0.5)
+    scaled = lg.masked_lm_scores(model, batches, position_scale=0.5)["eval_loss"]
     half = torch.arange(16, dtype=torch.float64).unsqueeze(0) * 0.5
     with torch.no_grad():
         expected_scaled = model(input_ids=ids, labels=labels, position_ids=half).loss.item()
     assert scaled == pytest.approx(expected_scaled, rel=1e-5) and scaled != pytest.approx(loss, rel=1e-6)
-    wide, _ = lg.masked_lm_loss(model, batches, window=16)  # every token within reach: plain attention
-    narrow, _ = lg.masked_lm_loss(model, batches, window=2)
+    wide = lg.masked_lm_scores(model, batches, window=16)["eval_loss"]  # every token within reach: plain attention
+    narrow = lg.masked_lm_scores(model, batches, window=2)["eval_loss"]
     assert wide == pytest.approx(loss, rel=1e-5) and narrow != pytest.approx(loss, rel=1e-4)
     assert not model.config.sparse_prediction and model.config.long_input_attention_window is None  # as it was
 
 
 @pytest.mark.parametrize(("position_mode", "gap_is_zero"), [("consecutive", False), ("none", True)])
 def test_the_order_gap_shuffles_each_block_and_is_zero_without_positions(position_mode, gap_is_zero):
-    """`permute_seed` scores the blocks with their tokens shuffled (the first kept, masks moving with their tokens):
-    a model without positions is permutation-equivariant, so its loss is unchanged; ours changes."""
+    """The order gap scores the blocks with their tokens shuffled (the first kept, masks moving with their tokens):
+    a model without positions is permutation-equivariant, so its gap is 0; ours is not."""
     config = tiny_config(position_mode=position_mode)
     model = se.SinusoidalEncoderForMaskedLM(config).eval()
     ids = random_ids(3, 12)
     labels = torch.where(torch.rand(ids.shape) < 0.4, ids, torch.full_like(ids, -100))
     batches = [{"input_ids": ids, "labels": labels, "example_id": torch.arange(3)}]
-    loss, count = lg.masked_lm_loss(model, batches)
-    shuffled, shuffled_count = lg.masked_lm_loss(model, batches, permute_seed=5)
-    assert shuffled_count == count  # the same masked tokens, moved
-    assert (shuffled == pytest.approx(loss, abs=1e-6)) == gap_is_zero
-    assert lg.masked_lm_loss(model, batches, permute_seed=5) == (shuffled, count)  # the same shuffle every time
     uniform = torch.full((VOCAB_SIZE,), -math.log(VOCAB_SIZE), dtype=torch.float64)
-    assert lg.unigram_loss(batches, uniform) == pytest.approx(math.log(VOCAB_SIZE))
+    scores = lg.masked_lm_scores(model, batches, uniform, order_seed=5)
+    assert scores["eval_masked_tokens"] == int((labels != -100).sum())
+    assert (scores["eval_order_gap"] == pytest.approx(0.0, abs=1e-6)) == gap_is_zero
+    assert lg.masked_lm_scores(model, batches, uniform, order_seed=5) == scores  # the same shuffle every time
+    assert scores["eval_unigram_loss"] == pytest.approx(math.log(VOCAB_SIZE))
 
 
 def test_targets_judge_the_best_option_at_four_times_the_training_length():

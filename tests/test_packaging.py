@@ -24,6 +24,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from sinusoidal_encoder_training.command_line import EXTRA_OF_MODULE, UsageError, front, require_extra
+from sinusoidal_encoder_training.commands import COMMANDS, SCRIPT_PREFIX
 
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "model_card.md")
 SOURCE_DIRS = ("modeling", "training", "tokenizer_config")
@@ -190,16 +191,12 @@ def test_wheel_carries_the_tokenizer_and_the_card_template(wheel):
         "sinusoidal_encoder/modeling_sinusoidal_encoder.py",
         "sinusoidal_encoder_training/pretraining.py",
     } <= names
-    # every console script names a command of the wheel's `console` module, whose stage module the wheel holds
+    # a console script per command of the table, naming it in the wheel's `console` module; the wheel holds its stage
     scripts, metadata = wheel_metadata(wheel)
-    assert len(scripts) == 7
-    for _, target in scripts.items():
-        module, function = target.split(":")
-        assert module == "sinusoidal_encoder_training.console", target
-        stage = re.search(
-            rf'^{function} = Command\("(\w+)"', archive.read("sinusoidal_encoder_training/console.py").decode(), re.M
-        )
-        assert stage and f"sinusoidal_encoder_training/{stage[1]}.py" in names, target
+    assert set(scripts) == {SCRIPT_PREFIX + name for name in COMMANDS}
+    for name, entry in COMMANDS.items():
+        assert scripts[SCRIPT_PREFIX + name] == f"sinusoidal_encoder_training.console:{name.replace('-', '_')}"
+        assert f"sinusoidal_encoder_training/{entry.module}.py" in names, name
     extras = extra_requirements(metadata)
     assert {"training", "onnx", "integrations", "all"} <= set(extras)
     assert extras["all"] == set().union(*extras.values())  # everything a user needs
@@ -260,13 +257,15 @@ def run_script(python: Path, script: str, argv: list[str], hidden=None, cwd: Pat
     )
 
 
-# a command line of each console script that needs more than the base install, and the extra it names
-NEEDS_AN_EXTRA = {  # README, "Install"
-    "sinusoidal-encoder-pretrain": (["--output_dir", "out", "--max_train_steps", "1"], "training"),
-    "sinusoidal-encoder-finetune": (["--model_name_or_path", "model", "--output_dir", "out"], "training"),
-    "sinusoidal-encoder-train-tokenizer": (["--output_dir", "out"], "training"),
-    "sinusoidal-encoder-export-onnx": (["model", "--output", "out/model.onnx"], "onnx"),
-    "sinusoidal-encoder-distill": (["model", "--output_dir", "out"], "integrations"),
+# a command line of each command that needs more than the base install (`CommandEntry.extras`), run from a folder
+# that holds a folder `model`
+NEEDS_AN_EXTRA = {
+    "pretrain": ["--output_dir", "out", "--max_train_steps", "1"],
+    "finetune": ["--model_name_or_path", "model", "--output_dir", "out"],
+    "evaluate": ["model", "--output_file", "out.json"],
+    "train-tokenizer": ["--output_dir", "out"],
+    "export-onnx": ["model", "--output", "out/model.onnx"],
+    "distill": ["model", "--output_dir", "out"],
 }
 
 
@@ -286,7 +285,8 @@ def test_every_console_script_helps_at_once_and_a_run_names_the_extra_it_needs(w
     hidden = (modules, distributions)
     (tmp_path / "model").mkdir()
     runs = [(script, ["--help"], h) for script in scripts for h in (None, hidden)]
-    runs += [(script, argv, hidden) for script, (argv, _) in NEEDS_AN_EXTRA.items()]
+    assert set(NEEDS_AN_EXTRA) == {name for name, entry in COMMANDS.items() if entry.extras}
+    runs += [(SCRIPT_PREFIX + name, argv, hidden) for name, argv in NEEDS_AN_EXTRA.items()]
     with ThreadPoolExecutor(max_workers=3) as pool:
         procs = list(pool.map(lambda run: run_script(installed, *run, cwd=tmp_path), runs))
     for (script, argv, h), proc in zip(runs, procs, strict=True):
@@ -297,8 +297,9 @@ def test_every_console_script_helps_at_once_and_a_run_names_the_extra_it_needs(w
         match = re.fullmatch(line + re.escape("add it with: pip install '") + r"(.+)\[\1\]'\n", proc.stderr)
         assert proc.returncode == 2 and match, (script, proc.returncode, proc.stderr[-3000:])
         extra, module, source = match.groups()
-        assert extra == NEEDS_AN_EXTRA[script][1] and Path(source) == wheel and module in modules, proc.stderr
-    assert not (tmp_path / "out").exists()
+        entry = COMMANDS[script.removeprefix(SCRIPT_PREFIX)]
+        assert extra == entry.extras[0] and Path(source) == wheel and module in modules, proc.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.json").exists()
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import importlib
-import re
+import importlib.util
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,8 +16,9 @@ from accelerate.utils import DistributedType
 from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import pretraining
+from sinusoidal_encoder_training import console, pretraining
 from sinusoidal_encoder_training.arguments import apply_overrides
+from sinusoidal_encoder_training.commands import COMMANDS, SCRIPT_PREFIX, console_scripts
 from sinusoidal_encoder_training.configs import MODEL_SIZES
 from sinusoidal_encoder_training.export import card_language, describe_data, hub_dataset_id, published_config
 from sinusoidal_encoder_training.optimization import parameter_groups
@@ -114,21 +117,55 @@ def test_scripts_run_as_files_import_the_installed_package(script):
     assert not relative, f"{script.name} has relative imports: {relative}"
 
 
-def test_each_command_is_one_main_for_its_console_script_and_its_checkout_script():
-    """`sinusoidal-encoder-NAME` (pyproject's [project.scripts]) and `training/NAME.py` call the same entry (the
-    console script of `console.py`: the flags parsed, then the stage's `run` behind the command-line front)."""
-    section = (REPO / "pyproject.toml").read_text().split("[project.scripts]\n")[1].split("\n\n")[0]
-    scripts = dict(re.findall(r'^(\S+) = "(\S+)"$', section, flags=re.MULTILINE))
-    assert len(scripts) == len(SCRIPTS) == 7
-    for name, target in scripts.items():
-        module, function = target.split(":")
-        assert callable(getattr(importlib.import_module(module), function)), target
-        shim = REPO / "training" / f"{name.removeprefix('sinusoidal-encoder-').replace('-', '_')}.py"
+def test_each_checkout_script_runs_its_command_of_the_table():
+    """`training/NAME.py` calls the command NAME of the table (`commands.COMMANDS`) through the entry its console
+    script `sinusoidal-encoder-NAME` names: the flags parsed, then the stage's `run` behind the command-line front."""
+    assert SCRIPTS
+    for shim in SCRIPTS:
+        name = shim.stem.replace("_", "-")
+        assert name in COMMANDS, f"{shim.name} runs no command of the table"
         tree = ast.parse(shim.read_text())
         imported = [
             (node.module, a.name) for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names
         ]
-        assert imported == [(module, function)], shim
+        assert imported == [("sinusoidal_encoder_training.console", shim.stem)], shim
+
+
+def test_the_console_scripts_and_python_m_follow_the_command_table():
+    """setup.py declares one console script per command of the table, naming its callable in `console`, which runs
+    the command's stage; `python -m sinusoidal_encoder_training` lists every command and runs any of them."""
+    assert COMMANDS["evaluate"].module == "model_evaluation"  # the table holds every command, the newest too
+    expected = [
+        f"{SCRIPT_PREFIX}{name} = sinusoidal_encoder_training.console:{name.replace('-', '_')}" for name in COMMANDS
+    ]
+    assert console_scripts() == expected
+    setup_source = (REPO / "setup.py").read_text()
+    assert '"console_scripts": COMMANDS["console_scripts"]()' in setup_source
+    assert "[project.scripts]" not in (REPO / "pyproject.toml").read_text()  # one list of scripts: the table
+    for name, entry in COMMANDS.items():
+        command = getattr(console, name.replace("-", "_"))
+        assert command.module == entry.module and importlib.util.find_spec(
+            f"sinusoidal_encoder_training.{entry.module}"
+        )
+        assert (command.config_class is None) == (entry.config is None)
+    listing = subprocess.run(
+        [sys.executable, "-m", "sinusoidal_encoder_training"], capture_output=True, text=True, timeout=120
+    )
+    assert listing.returncode == 0 and all(f"  {name} " in listing.stdout for name in COMMANDS), listing.stdout
+    wrong = subprocess.run(
+        [sys.executable, "-m", "sinusoidal_encoder_training", "pretrian"], capture_output=True, text=True, timeout=120
+    )
+    assert wrong.returncode == 2 and wrong.stderr.splitlines()[-1].endswith(
+        "error: no command 'pretrian': choose one of " + ", ".join(COMMANDS)
+    ), wrong.stderr
+    helped = subprocess.run(
+        [sys.executable, "-m", "sinusoidal_encoder_training", "fill-mask", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: python -m sinusoidal_encoder_training fill-mask [-h]"), helped.stdout
 
 
 @pytest.mark.parametrize("source", ["config_name", "model_name_or_path"])
@@ -150,14 +187,15 @@ def test_pretraining_builds_the_model_it_trains_and_exports_the_published_defaul
 
 @pytest.mark.slow
 def test_setup_run_again_installs_nothing_and_needs_no_registry():
-    """scripts/setup.sh, once this pyproject.toml is installed (the stamp it writes), does nothing: resuming with the
-    README's scripts works on a machine without the package registry."""
+    """scripts/setup.sh, once this pyproject.toml, setup.py and command table are installed (the stamp it writes),
+    does nothing: resuming with the README's scripts works on a machine without the package registry."""
     import hashlib
     import os
     import subprocess
 
     stamp = REPO / ".venv" / ".installed-from"
-    wanted = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + (REPO / "setup.py").read_bytes()).hexdigest()
+    installed = ("pyproject.toml", "setup.py", "training/sinusoidal_encoder_training/commands.py")
+    wanted = hashlib.sha256(b"".join((REPO / name).read_bytes() for name in installed)).hexdigest()
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         pytest.skip("this .venv was not set up by scripts/setup.sh from this pyproject.toml (run it first)")
     no_registry = {**os.environ, "PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/none"}

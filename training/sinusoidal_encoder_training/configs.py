@@ -189,7 +189,15 @@ class TrainingConfig(OutputConfig):
         metadata={"help": "The torch.compile backend of --torch_compile ('inductor', 'aot_eager', ...)."},
     )
     torch_compile_mode: COMPILE_MODES | None = dataclasses.field(
-        default=None, metadata={"help": "The torch.compile mode of --torch_compile (default: torch's)."}
+        default=None,
+        metadata={
+            "help": "The torch.compile mode of --torch_compile (default: torch's). 'reduce-overhead' (and "
+            "'max-autotune') replay the compiled graphs as CUDA graphs: one recording per shape, then a step costs "
+            "the CPU almost nothing, which pays for small models whose GPU steps are short. Use it where the shapes "
+            "are static: pretraining's blocks (one recording per --seq_length_schedule length); fine-tuning pads each "
+            "batch to its longest row, recorded anew per length (pad with --pad_to_multiple_of to bound them). On a "
+            "CPU it runs as the default mode."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -1137,3 +1145,93 @@ class DistillationConfig(DataConfig):
         """The output folder, whose model files the run replaces (a teacher or a student there would be
         overwritten)."""
         return [Cleared("distillation writes its model into", self.output_dir, "--output_dir")]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvaluationConfig(DataConfig):
+    """Score a pretrained model folder (or Hub id) on a dataset, as pretraining evaluates: the masked-token-weighted
+    loss and perplexity of its masked-LM head, the unigram baseline (each masked token scored by its frequency in
+    the training split) and the order gap (the loss with each block's tokens shuffled, minus the loss), at each
+    length of --max_seq_length.
+
+        sinusoidal-encoder-evaluate outputs/small-builtin                       # the built-in corpus, 128 tokens
+        sinusoidal-encoder-evaluate outputs/small-builtin --max_seq_length 128 512 1024 --output_file lengths.json
+        accelerate launch -m sinusoidal_encoder_training evaluate MODEL --dataset_name wikitext \\
+            --dataset_config_name wikitext-103-raw-v1
+
+    The validation split is packed into blocks of each length and masked by the keys pretraining uses (seed, block):
+    with pretraining's --seed, --mlm_probability, data and --per_device_eval_batch_size, the figures at the training
+    length are those of the run's final evaluation. The model is evaluated as it is (positions past
+    max_position_embeddings as its config handles them).
+    """
+
+    _argument_group_name = "model and evaluation"
+
+    model: str = dataclasses.field(
+        metadata={
+            "help": "A model folder or Hub id with a masked-LM head (a pretraining run's folder).",
+            "positional": True,
+            "reads": True,
+        }
+    )
+    tokenizer_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's own).", "reads": True}
+    )
+    max_seq_length: list[int] = dataclasses.field(
+        default_factory=lambda: [128],
+        metadata={"help": "Tokens per evaluated block; several lengths for one result each (default: 128)."},
+    )
+    mlm_probability: float = dataclasses.field(
+        default=0.15, metadata={"help": "Share of tokens masked for prediction."}
+    )
+    seed: int = dataclasses.field(
+        default=42,
+        metadata={
+            "help": "Seed of the masks, of the order gap's shuffles and of the validation split drawn from data "
+            "without one (pretraining's --seed gives its own evaluation's)."
+        },
+    )
+    per_device_eval_batch_size: int = dataclasses.field(
+        default=64, metadata={"help": "Blocks per process and forward pass."}
+    )
+    max_eval_samples: int | None = dataclasses.field(
+        default=None, metadata={"help": "Evaluate the first N blocks of each length only."}
+    )
+    output_file: str | None = dataclasses.field(
+        default=None, metadata={"help": "Also write the results to this JSON file, by length."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_model_source("MODEL", self.model)
+        check_model_source("--tokenizer_name", self.tokenizer_name)
+        check_positive(self, "per_device_eval_batch_size", "max_eval_samples")
+        check_seeds(self, "seed")
+        for length in self.max_seq_length:
+            if length < 8:
+                raise UsageError(f"--max_seq_length must be at least 8, got {length}.")
+        if len(set(self.max_seq_length)) != len(self.max_seq_length):
+            raise UsageError(f"--max_seq_length names a length twice: {self.max_seq_length}.")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+        if self.output_file is not None:
+            if os.path.isdir(self.output_file):
+                raise UsageError(f"--output_file {self.output_file!r} is a folder: name a file, e.g. results.json.")
+            parent = os.path.dirname(os.path.abspath(self.output_file))
+            if not os.path.isdir(parent):
+                raise UsageError(f"--output_file {self.output_file!r}: the folder {parent!r} does not exist.")
+
+    def read_paths(self) -> dict[str, str]:
+        """What `FlagConfig.read_paths` says, and each file of the model folder (`--output_file MODEL/config.json`
+        would replace the model's config)."""
+        reads = super().read_paths()
+        if os.path.isdir(self.model):
+            for name in sorted(os.listdir(self.model)):
+                reads[f"MODEL's {name}"] = os.path.join(self.model, name)
+        return reads
+
+    def cleared_paths(self) -> list[Cleared]:
+        """The results file, which the run replaces."""
+        if self.output_file is None:
+            return []
+        return [Cleared("the results would replace", self.output_file, "--output_file")]

@@ -36,6 +36,7 @@ from sinusoidal_encoder_training.data import (
     load_raw_datasets,
     tokenize_and_pack,
 )
+from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.export import describe_data, export_model
 from sinusoidal_encoder_training.hub import check_hub_access
 from sinusoidal_encoder_training.loop import (
@@ -45,12 +46,6 @@ from sinusoidal_encoder_training.loop import (
     make_loaders,
     train,
     unlabel_repeated_examples,
-)
-from sinusoidal_encoder_training.metrics_log import perplexity
-from sinusoidal_encoder_training.mlm_evaluation import (
-    describe_evaluation,
-    permute_inner_tokens,
-    unigram_log_probs,
 )
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
@@ -162,7 +157,7 @@ class MaskedLMTask(TrainingTask):
         self.train_generator = train_generator
         self.train_masking = train_masking
         self.seed = seed
-        self.unigram_log_probs = unigram_log_probs  # (V,): log-frequencies of the training split's tokens
+        self.evaluation = MaskedLMEvaluation(unigram_log_probs, order_seed=seed)
         self.length_schedule = length_schedule  # ((length, until step), ...): sequence-length warmup
         self.train_length: int | None = None  # the sequence length of the current step (None: the blocks' own)
 
@@ -193,32 +188,13 @@ class MaskedLMTask(TrainingTask):
         items = count.clamp(min=1)
         return self.loss(model, batch, items) * items, count
 
-    @torch.no_grad()
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
         """Masked-token-weighted loss and perplexity over the whole evaluation split, summed across processes
         (without the samples accelerate repeats to even out the last batch); beside them the unigram baseline on the
         same masked tokens and the order gap: the loss of the same blocks with their tokens permuted, minus the loss
-        (`mlm_evaluation`)."""
-        model.eval()
-        totals = torch.zeros(4, dtype=torch.float64, device=accelerator.device)  # loss, permuted, unigram, count
-        unigram = self.unigram_log_probs.to(accelerator.device)
-        for batch in loader:
-            batch = {**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)}
-            loss_sum, count = self.loss_sum(model, batch)
-            permuted_sum, _ = self.loss_sum(model, permute_inner_tokens(batch, self.seed))
-            labels = batch["labels"]  # (B, T)
-            unigram_sum = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum()
-            totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
-        totals = accelerator.reduce(totals, reduction="sum")
-        model.train()
-        loss, permuted, unigram_loss = (totals[:3] / totals[3].clamp(min=1)).tolist()
-        return {
-            "eval_loss": loss,
-            "eval_perplexity": perplexity(loss),
-            "eval_unigram_loss": unigram_loss,
-            "eval_order_gap": permuted - loss,
-            "eval_masked_tokens": int(totals[3].item()),
-        }
+        (`evaluation.MaskedLMEvaluation`, which the evaluate command calls too)."""
+        batches = ({**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)} for batch in loader)
+        return self.evaluation(model, batches, accelerator)
 
     def summary(self, metrics: dict[str, float]) -> str:
         return describe_evaluation(metrics)

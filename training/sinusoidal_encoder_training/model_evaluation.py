@@ -1,0 +1,157 @@
+"""The evaluate command: a pretrained folder (or Hub id) scored on a dataset by the evaluation library
+(`evaluation.MaskedLMEvaluation`, which pretraining's evaluation calls too), at each length an `EvaluationConfig`
+(`configs`) names; the command line is `run` (`main`).
+
+In code: `evaluate_model(EvaluationConfig(model="outputs/small-builtin", max_seq_length=[128, 512]))` gives the
+metrics by length.
+"""
+
+from __future__ import annotations
+
+import os
+
+import datasets
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.atomic import temporary_path
+from sinusoidal_encoder_training.command_line import (
+    UsageError,
+    check_local_files,
+    check_tokenizer_fits,
+    front,
+    loading,
+)
+from sinusoidal_encoder_training.configs import EvaluationConfig
+from sinusoidal_encoder_training.data import (
+    IndexedExamples,
+    IndexedStream,
+    KeyedMaskingCollator,
+    load_raw_datasets,
+    tokenize_and_pack,
+)
+from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
+from sinusoidal_encoder_training.loop import unlabel_repeated_examples
+from sinusoidal_encoder_training.metrics_log import format_metrics, write_json
+from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
+from sinusoidal_encoder_training.tasks import task_of_architecture
+
+# what the folder of a fine-tuned head is scored with instead
+FINETUNED_INSTEAD = (
+    "evaluate scores a masked-LM folder (a pretraining run's); a fine-tuned folder's task metrics come from "
+    "finetune's final evaluation, in its eval_results.json."
+)
+
+
+def load_model(config: EvaluationConfig, accelerator: Accelerator):
+    """The folder's masked-LM model and its tokenizer, after the checks: a folder without a trained masked-LM head
+    (a fine-tuned classifier, a bare encoder), damaged files, or a tokenizer larger than the vocabulary is refused in
+    one line before any data is read."""
+    architecture = folder_architecture(config.model)  # config.json alone: before any weight is loaded
+    own = task_of_architecture(architecture)
+    instead = (
+        FINETUNED_INSTEAD
+        if own not in (None, "fill-mask", "feature-extraction")
+        else "give a pretraining run's folder."
+    )
+    problem = head_problem(config.model, architecture, "fill-mask", instead)
+    if problem is not None:
+        raise UsageError(problem)
+    check_local_files("MODEL", config.model)
+    source, flag = (config.tokenizer_name, "--tokenizer_name") if config.tokenizer_name else (config.model, "MODEL")
+    with loading(flag, source, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    with loading("MODEL", config.model):
+        model = load_trained(AutoModelForMaskedLM, config.model, instead)
+    check_tokenizer_fits(
+        f"{flag} {source!r}",
+        len(tokenizer),
+        f"MODEL {config.model!r}",
+        model.config.vocab_size,
+        "pass the model's own tokenizer as --tokenizer_name.",
+    )
+    accelerator.print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {config.model}")
+    return model, tokenizer
+
+
+def length_blocks(
+    config: EvaluationConfig, raw, tokenizer, length: int
+) -> tuple[torch.utils.data.Dataset, torch.Tensor]:
+    """The validation split in blocks of `length` tokens (the first --max_eval_samples), and the unigram
+    log-frequencies of the training split packed the same way (`unigram_log_probs`), as pretraining counts them."""
+    packed = tokenize_and_pack(raw, tokenizer, length, config.text_column_name, config.preprocessing_num_workers)
+    unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
+    validation = packed["validation"]
+    if isinstance(validation, datasets.IterableDataset):
+        if config.max_eval_samples is not None:
+            validation = validation.take(config.max_eval_samples)
+        return IndexedStream(validation), unigram
+    if config.max_eval_samples is not None and config.max_eval_samples < len(validation):
+        validation = validation.select(range(config.max_eval_samples))
+    if len(validation) == 0:
+        raise UsageError(
+            f"The validation split holds no block of {length} tokens: give more validation text, or a shorter "
+            "--max_seq_length."
+        )
+    return IndexedExamples(validation), unigram
+
+
+def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict[int, dict[str, float]]:
+    """The metrics of the model at each length of --max_seq_length (`MaskedLMEvaluation`: loss, perplexity, unigram
+    baseline, order gap, masked tokens), summed over every process of `accelerator` (a new one by default, which
+    reads accelerate's launch settings: devices, mixed precision)."""
+    accelerator = accelerator or Accelerator()
+    model, tokenizer = load_model(config, accelerator)
+    with accelerator.main_process_first():
+        raw = load_raw_datasets(config, config.seed)
+        prepared = {length: length_blocks(config, raw, tokenizer, length) for length in config.max_seq_length}
+    model = accelerator.prepare(model)
+    masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
+    results = {}
+    for length, (blocks, unigram) in prepared.items():
+        loader = torch.utils.data.DataLoader(blocks, batch_size=config.per_device_eval_batch_size, collate_fn=masking)
+        loader = accelerator.prepare(loader)
+        batches = ({**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)} for batch in loader)
+        results[length] = MaskedLMEvaluation(unigram, order_seed=config.seed)(model, batches, accelerator)
+        accelerator.print(f"{length} tokens: {format_metrics(results[length])}")
+        accelerator.print(f"    {describe_evaluation(results[length])}")
+    return results
+
+
+def write_results(path: str, config: EvaluationConfig, results: dict[int, dict[str, float]]) -> None:
+    """The results as JSON, by length, with what was evaluated; written whole or not at all."""
+    data = "the built-in corpus" if not (config.dataset_name or config.train_file) else None
+    report = {
+        "model": config.model,
+        "data": data or config.dataset_name or config.train_file,
+        "mlm_probability": config.mlm_probability,
+        "seed": config.seed,
+        "results": {str(length): metrics for length, metrics in results.items()},
+    }
+    temporary = temporary_path(path)
+    write_json(temporary, report)
+    os.replace(temporary, path)
+
+
+def run(config: EvaluationConfig) -> dict[int, dict[str, float]]:
+    """The command: evaluate, print a line per length, and write --output_file (`sinusoidal-encoder-evaluate`,
+    `python -m sinusoidal_encoder_training evaluate`, once `console.py` has parsed the flags)."""
+    accelerator = Accelerator()
+    results = evaluate_model(config, accelerator)
+    if config.output_file is not None and accelerator.is_main_process:
+        write_results(config.output_file, config, results)
+        print(f"results written to {config.output_file}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[int, dict[str, float]]:
+    """`python -m sinusoidal_encoder_training.model_evaluation`: the command of `argv` (`sys.argv[1:]` by default)."""
+    return run(parse_config(EvaluationConfig, argv))
+
+
+if __name__ == "__main__":
+    with front():
+        main()
