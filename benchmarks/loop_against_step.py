@@ -45,7 +45,6 @@ from sinusoidal_encoder_training.configs import COMPILE_MODES
 
 TARGETS = {"small": 0.85, "base": 0.95}  # on a GPU; on a CPU the loop should keep the step's speed
 CPU_TARGET = 0.95
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes in which inductor runs CUDA graphs
 WINDOW_STEPS = 10  # the loop's logging window (`logging_steps`' default): its first one holds the warm-up
 CORPUS_STEPS = 40  # the corpus holds this many steps' blocks at most: a longer run trains several epochs over it
 
@@ -176,7 +175,7 @@ def step_speed(args: argparse.Namespace) -> dict:
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
     from sinusoidal_encoder_training.configs import PretrainingConfig
     from sinusoidal_encoder_training.data import KeyedMaskingCollator
-    from sinusoidal_encoder_training.loop import compile_once_per_mode
+    from sinusoidal_encoder_training.loop import compile_once_per_mode, mark_cuda_graph_step, uses_cuda_graphs
     from sinusoidal_encoder_training.optimization import make_optimizer
     from sinusoidal_encoder_training.pretraining import build_model
 
@@ -206,6 +205,7 @@ def step_speed(args: argparse.Namespace) -> dict:
         items = (labels != -100).sum().float()
     optimizer = make_optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
+    cuda_graphs = uses_cuda_graphs(config)
     device = accelerator.device
     inputs, labels, items = inputs.to(device), labels.to(device), items.to(device)
     mask = None if mask is None else mask.to(device)
@@ -214,6 +214,8 @@ def step_speed(args: argparse.Namespace) -> dict:
         synchronize(accelerator.device)
         start = time.perf_counter()
         for _ in range(count):
+            if cuda_graphs:  # as the loop does before each forward
+                mark_cuda_graph_step()
             with accelerator.autocast():
                 loss = model(input_ids=inputs, attention_mask=mask, labels=labels, num_items_in_batch=items).loss
             accelerator.backward(loss)
@@ -319,6 +321,8 @@ def how_compiled(result: dict) -> str:
 
 
 def report(result: dict) -> str:
+    from sinusoidal_encoder_training.loop import CUDA_GRAPH_MODES
+
     batch, length = result["batch"]
     model = result["size"] + (f" ({result['config_overrides']})" if result["config_overrides"] else "")
     verdict = "met" if result["target_met"] else "missed"

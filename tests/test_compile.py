@@ -208,3 +208,54 @@ def test_a_compiled_run_compiles_once_per_mode_whatever_the_lengths(tmp_path):
     counters.clear()
     pretrain(config)
     assert counters["stats"]["unique_graphs"] <= 3, dict(counters["stats"])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("_fresh_accelerate_state")
+def test_a_cuda_graph_mode_marks_each_forward_and_keeps_the_accumulated_gradients(tmp_path, monkeypatch, capsys):
+    """`--torch_compile_mode reduce-overhead` (CUDA graphs) runs on a CPU, where the graphs run as in the default
+    mode, and says so in the run's header. The loop tells torch that a step begins before every micro-batch's forward,
+    and copies the first micro-batch's gradients out of the graphs' memory when a step accumulates several (the
+    next replay reuses it): once per optimizer step."""
+    from sinusoidal_encoder_training import loop
+    from sinusoidal_encoder_training.pretraining import pretrain
+
+    calls = {"marks": 0, "kept": 0}
+
+    def mark():
+        calls["marks"] += 1
+
+    def keep(model):
+        calls["kept"] += 1
+        loop_keep(model)
+
+    loop_keep = loop.keep_gradients
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", mark)
+    monkeypatch.setattr(loop, "keep_gradients", keep)
+    corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
+    config = tiny_pretraining(
+        corpus,
+        tmp_path / "out",
+        max_train_steps=3,
+        gradient_accumulation_steps=2,
+        torch_compile=True,
+        torch_compile_backend="aot_eager",
+        torch_compile_mode="reduce-overhead",
+    )
+    result = pretrain(config)
+    assert result.progress.completed_steps == 3 and calls == {"marks": 6, "kept": 3}
+    out = capsys.readouterr().out
+    expected = "torch.compile = aot_eager, mode reduce-overhead (CUDA graphs need a CUDA GPU: here the graphs run as"
+    assert expected in out, out[-2000:]
+
+
+def test_kept_gradients_are_the_same_values_in_memory_of_their_own():
+    model = torch.nn.Linear(3, 2)
+    model(torch.ones(1, 3)).sum().backward()
+    model.bias.grad = None  # a parameter without a gradient keeps none
+    before = model.weight.grad
+    from sinusoidal_encoder_training.loop import keep_gradients
+
+    keep_gradients(model)
+    assert torch.equal(model.weight.grad, before) and model.bias.grad is None
+    assert model.weight.grad.untyped_storage().data_ptr() != before.untyped_storage().data_ptr()

@@ -130,6 +130,45 @@ def compile_once_per_mode() -> None:
     torch.fx.experimental._config.use_duck_shape = False
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the torch.compile modes that replay graphs as CUDA graphs
+
+
+def uses_cuda_graphs(config: TrainingConfig) -> bool:
+    """Whether the run is compiled in a mode that replays its graphs as CUDA graphs (on a CUDA GPU; elsewhere
+    inductor runs them as the default mode does)."""
+    return bool(config.torch_compile) and config.torch_compile_mode in CUDA_GRAPH_MODES
+
+
+def mark_cuda_graph_step() -> None:
+    """Before each forward under CUDA graphs: a new step begins, whose replay may reuse the memory of the outputs of
+    the step before (the loop has read what it keeps of them). Without it, torch starts a new step at a forward only
+    when no backward is pending, a guess that any output kept a step longer would break."""
+    torch.compiler.cudagraph_mark_step_begin()
+
+
+def keep_gradients(model: torch.nn.Module) -> None:
+    """Under CUDA graphs, after the first backward of an optimizer step that accumulates several micro-batches: the
+    gradients it left in `.grad` live in the graphs' memory, which the next forward's replay reuses; copied out of it,
+    they are ordinary tensors that the next backwards add to (torch stops such a run otherwise). Parameters without a
+    gradient keep none."""
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            parameter.grad = parameter.grad.clone()
+
+
+def compile_line(config: TrainingConfig) -> str | None:
+    """How the run is compiled, for the run's header (None: eager), and what the mode does on this machine."""
+    if not config.torch_compile:
+        return None
+    line = f"torch.compile = {config.torch_compile_backend}, mode {config.torch_compile_mode or 'default'}"
+    if uses_cuda_graphs(config):
+        if torch.cuda.is_available():
+            line += " (CUDA graphs: one recording per shape, replayed)"
+        else:
+            line += " (CUDA graphs need a CUDA GPU: here the graphs run as in the default mode)"
+    return line
+
+
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
@@ -293,6 +332,9 @@ def train(
     for line in header:
         accelerator.print(f"  {line}")
     accelerator.print(f"  Processes = {world}, mixed precision = {accelerator.mixed_precision}")
+    compiled = compile_line(config)
+    if compiled:
+        accelerator.print(f"  {compiled}")
     accelerator.print(
         f"  Batch per device = {config.per_device_train_batch_size}, gradient accumulation = "
         f"{config.gradient_accumulation_steps}, global batch = {config.global_batch_size(world)}"
@@ -316,6 +358,7 @@ def train(
     window_tokens = torch.zeros((), dtype=torch.float64, device=device)  # the tokens since the last logging
     pending_tokens = torch.zeros((), dtype=torch.float64, device=device)  # not yet in progress.tokens_seen
     stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps))
+    cuda_graphs = uses_cuda_graphs(config)
     stopping = False
     try:
         stop.install()
@@ -354,10 +397,14 @@ def train(
                 # accelerator.backward divides by the accumulation steps: the gradient is that of the step's mean
                 scale = world * config.gradient_accumulation_steps
                 items = units.clamp(min=1.0).float()  # a tensor: no recompiles, no read
-                for batch in window:
+                for index, batch in enumerate(window):
                     with accelerator.accumulate(model):
+                        if cuda_graphs:
+                            mark_cuda_graph_step()
                         loss = task.loss(model, batch, items)
                         accelerator.backward(loss * scale)
+                        if cuda_graphs and index == 0 and len(window) > 1:
+                            keep_gradients(model)
                         if accelerator.sync_gradients and config.max_grad_norm > 0:
                             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                         optimizer.step()
