@@ -692,6 +692,78 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
     assert last.endswith(f"resume with: python {PRETRAIN} {shlex.join(cmd[2:])} --resume_from_checkpoint latest")
 
 
+def test_the_processes_agreement_on_a_stop_is_read_one_step_late():
+    """Several processes read their agreement on a stop from the reduction of the step before (the device has long
+    computed it), not from the step's own: a sum posted at one step is what the next step reads."""
+    from sinusoidal_encoder_training.loop import StopAgreement, StopRequest
+
+    agreement = StopAgreement()
+    assert not agreement.agreed()  # the first step: nothing reduced yet
+    agreement.post(torch.tensor(0.0, dtype=torch.float64))
+    assert not agreement.agreed()
+    agreement.post(torch.tensor(1.0, dtype=torch.float64))  # one process of two asked
+    assert agreement.agreed() and agreement.agreed()  # the same answer until the next reduction
+    assert StopRequest(announce=False, checkpoints=True, shared=True).shared
+
+
+def process_of_rank(launcher: int, rank: int, deadline: float) -> int:
+    """The pid of the training process of `rank` started (at any depth) by the launcher `launcher`."""
+    while time.time() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environment = (entry / "environ").read_bytes().split(b"\0")
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in environment and b"LOCAL_RANK=" + str(rank).encode() in environment:
+                parent = int(status.split("PPid:")[1].split()[0])
+                ancestors = {parent}
+                while parent > 1:
+                    try:
+                        parent = int(Path(f"/proc/{parent}/status").read_text().split("PPid:")[1].split()[0])
+                    except OSError:
+                        break
+                    ancestors.add(parent)
+                if launcher in ancestors:
+                    return int(entry.name)
+        time.sleep(0.1)
+    raise AssertionError(f"no process of rank {rank} under {launcher}")
+
+
+@pytest.mark.slow
+def test_two_processes_stop_after_the_same_step_when_one_is_asked(tmp_path, small_corpus):
+    """SIGTERM to one process of two (gloo, on the CPU; the other is not signalled): both stop after the same
+    optimizer step, save its checkpoint together and name it; neither waits for the other in a collective the other
+    never joins."""
+    from sinusoidal_encoder_training.checkpoints import complete_checkpoints
+
+    out = tmp_path / "out"
+    launcher = (ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
+    launcher += ("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0")
+    cmd = pretrain_cmd(
+        small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "1000", launcher=launcher
+    )
+    proc = subprocess.Popen(cmd, env=env(ACCELERATE_USE_CPU="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    metrics = out / "metrics.jsonl"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1].decode()[-3000:]
+        time.sleep(0.05)
+    os.kill(process_of_rank(proc.pid, 1, deadline), signal.SIGTERM)
+    stdout, stderr = (text.decode() for text in proc.communicate(timeout=180))
+    assert proc.returncode != 0 and "Processes = 2" in stdout, stdout[-2000:] + stderr[-3000:]
+    saved = [step for step, _ in complete_checkpoints(str(out))]
+    assert len(saved) == 1 and saved[0] >= 3, (saved, stderr[-3000:])
+    stops = {
+        int(line.split("interrupted at step ")[1].split(";")[0])
+        for line in stderr.splitlines()
+        if "interrupted at step" in line
+    }
+    assert stops == {saved[0]}, stderr[-3000:]
+
+
 def test_one_process_never_waits_for_the_device_between_logged_steps(tmp_path, corpus, monkeypatch):
     """The step's reduction stays on the device: a single-process run reads what the reductions give
     (`.item()`, `.tolist()` of them or of what is computed from them) as often for 8 steps as for 4 when both log

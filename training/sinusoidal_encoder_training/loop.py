@@ -357,7 +357,8 @@ def train(
     window_time = 0.0  # tokens/s counts training steps only, not evaluation or checkpoints
     window_tokens = torch.zeros((), dtype=torch.float64, device=device)  # the tokens since the last logging
     pending_tokens = torch.zeros((), dtype=torch.float64, device=device)  # not yet in progress.tokens_seen
-    stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps))
+    stop = StopRequest(accelerator.is_local_main_process, bool(config.checkpointing_steps), shared=world > 1)
+    agreement = StopAgreement()  # several processes: the stop they agreed on, one step late
     cuda_graphs = uses_cuda_graphs(config)
     stopping = False
     try:
@@ -374,6 +375,9 @@ def train(
                 if len(window) < config.gradient_accumulation_steps:  # end of the epoch: a partial window is no step
                     break
                 task.begin_step(progress.completed_steps)
+                if agreement.agreed() if world > 1 else stop.requested:
+                    stopping = True
+                    break
                 local = torch.stack(
                     [
                         sum(task.loss_units(b) for b in window).to(device, torch.float64),
@@ -384,15 +388,15 @@ def train(
                 )
                 # one reduction gives the step's units and tokens, whether any process was asked to stop, and the
                 # loss of the step before; it stays on the device (`LossWatch.track` keeps the first non-finite
-                # loss there). The host reads it only where processes must agree on a stop: one process decides
-                # alone, so a single-GPU step never waits for the one before
+                # loss there). The host reads none of it at this step: one process decides on a stop alone, and
+                # several read their agreement at the next step (`StopAgreement`), when it is long computed, so
+                # that a GPU step never waits for the one before
                 reduced = accelerator.reduce(local, reduction="sum")
                 units, tokens, previous_loss = reduced[0], reduced[1], reduced[3]
                 watch.track(progress.completed_steps, previous_loss)
                 step_loss.zero_()
-                if reduced[2].item() if world > 1 else stop.requested:
-                    stopping = True
-                    break
+                if world > 1:
+                    agreement.post(reduced[2])
                 # each micro-batch's loss is its sum over the step's units; DDP averages gradients over processes and
                 # accelerator.backward divides by the accumulation steps: the gradient is that of the step's mean
                 scale = world * config.gradient_accumulation_steps
@@ -624,18 +628,50 @@ def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -
         )
 
 
+class StopAgreement:
+    """Whether the processes of a run agreed to stop, read one step late so that the host never waits for the
+    device: each step's reduction sums every process's stop request (`post`), which the next step reads (`agreed`),
+    when the device has long computed it (on a CUDA device, copied to the host behind the step and waited for by an
+    event, not by the step in progress). Every process reads the same sum at the same step: all stop after the same
+    step."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[torch.Tensor, Any] | None = None  # the newest sum, and the event its copy waits for
+
+    def post(self, requests: torch.Tensor) -> None:
+        """The sum of the processes' stop requests at this step's reduction (a scalar on the device)."""
+        if requests.device.type == "cuda":
+            host = torch.empty((), dtype=requests.dtype, pin_memory=True)
+            host.copy_(requests, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+            self.pending = (host, copied)
+        else:
+            self.pending = (requests, None)
+
+    def agreed(self) -> bool:
+        """Whether a process had asked to stop by the newest posted reduction."""
+        if self.pending is None:
+            return False
+        requests, copied = self.pending
+        if copied is not None:
+            copied.synchronize()
+        return bool(requests.item())
+
+
 class StopRequest:
     """Ctrl-C (SIGINT) and SIGTERM (Slurm's, Kubernetes', `docker stop`'s) while training: the first one asks the
-    loop to stop after the optimizer step in progress, which every process learns at the next step's reduction, so
-    that they stop at the same step and save its checkpoint together (when the run saves checkpoints); a second one
-    stops at once (`Interrupted`, status 130, or `Terminated`, 143, raised from the handler). Handlers are installed
+    loop to stop after the optimizer step in progress; with several processes (`shared`), every one learns it from
+    the next step's reduction, read a step later (`StopAgreement`), so that they stop after the same step, the one in
+    progress or the next, and save its checkpoint together (when the run saves checkpoints); a second one stops at
+    once (`Interrupted`, status 130, or `Terminated`, 143, raised from the handler). Handlers are installed
     on the main thread only (Python cannot install them elsewhere) and the previous ones put back by `uninstall`;
     forked DataLoader workers inherit them and leave the stopping to the training process."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, announce: bool, checkpoints: bool):
-        self.announce, self.checkpoints = announce, checkpoints
+    def __init__(self, announce: bool, checkpoints: bool, shared: bool = False):
+        self.announce, self.checkpoints, self.shared = announce, checkpoints, shared
         self.signum: int | None = None
         self.previous: dict[int, Any] = {}
         self.pid = os.getpid()
@@ -670,7 +706,8 @@ class StopRequest:
         if self.announce:
             saving = "saving a checkpoint of it, " if self.checkpoints else ""
             name = signal.Signals(signum).name
-            line = f"{name}: stopping after the step in progress ({saving}a second {name} stops at once)"
+            when = "the step in progress or the next, with every process" if self.shared else "the step in progress"
+            line = f"{name}: stopping after {when} ({saving}a second {name} stops at once)"
             sys.stderr.write(f"\n{line}\n")
             sys.stderr.flush()
 
