@@ -5,13 +5,15 @@ line, before any data is read."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from accelerate.state import AcceleratorState
-from conftest import folder_digest, metrics, pretrain_cmd, run, run_command, write_text_corpus
+from conftest import REPO, folder_digest, metrics, pretrain_cmd, run, run_command, write_text_corpus
 
-from sinusoidal_encoder_training import model_evaluation
-from sinusoidal_encoder_training.configs import EvaluationConfig
+from sinusoidal_encoder_training import finetuning, model_evaluation
+from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
+from sinusoidal_encoder_training.tasks import FINETUNED
 
 FINAL = ("eval_loss", "eval_perplexity", "eval_unigram_loss", "eval_order_gap", "eval_masked_tokens")
 
@@ -62,17 +64,17 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
     assert written["results"] == {"32": results[32], "64": results[64]} and written["model"] == str(model)
 
 
-def test_a_fine_tuned_or_damaged_folder_and_a_bad_length_are_refused_in_one_line(
+def test_a_bare_encoder_a_missing_folder_and_bad_flags_are_refused_in_one_line(
     pretrained_run, tmp_path, monkeypatch, capsys
 ):
     _, model = pretrained_run
-    classifier = tmp_path / "classifier"
-    classifier.mkdir()
+    encoder = tmp_path / "encoder"
+    encoder.mkdir()
     config = json.loads((model / "config.json").read_text())
-    config["architectures"] = ["SinusoidalEncoderForSequenceClassification"]
-    (classifier / "config.json").write_text(json.dumps(config))
+    config["architectures"] = ["SinusoidalEncoderModel"]
+    (encoder / "config.json").write_text(json.dumps(config))
     cases = {
-        "a fine-tuned folder": ([classifier], "is a SinusoidalEncoderForSequenceClassification, without a trained"),
+        "a bare encoder": ([encoder], "is a SinusoidalEncoderModel, without a trained masked-LM head"),
         "no folder": ([tmp_path / "missing"], "MODEL"),
         "a length under 8": ([model, "--max_seq_length", "32", "4"], "--max_seq_length must be at least 8, got 4."),
         "a length twice": ([model, "--max_seq_length", "32", "32"], "--max_seq_length names a length twice"),
@@ -86,3 +88,67 @@ def test_a_fine_tuned_or_damaged_folder_and_a_bad_length_are_refused_in_one_line
         status, _, err = run_command(model_evaluation.main, "evaluate", argv, monkeypatch, capsys)
         assert status == 2 and len(err.strip().splitlines()) == 1 and expected in err, (case, err)
     assert folder_digest(model) == before
+
+
+# the flags a task's example data (docs/examples/TASK.jsonl) needs beyond the files
+EXAMPLE_FLAGS = {
+    "token-classification": {"text_column_name": "tokens", "label_column_name": "tags"},
+    "question-answering": {"max_length": 96, "doc_stride": 16},
+}
+
+
+def example_data(task: str) -> dict[str, str]:
+    name = task.replace("-", "_")
+    files = {"train_file": REPO / "docs" / "examples" / f"{name}.jsonl"}
+    files["validation_file"] = files["train_file"].with_name(f"{name}_validation.jsonl")
+    return {"max_length": 48, **{flag: str(path) for flag, path in files.items()}, **EXAMPLE_FLAGS.get(task, {})}
+
+
+@pytest.mark.parametrize("task", FINETUNED)
+def test_evaluate_gives_a_fine_tuned_folders_final_evaluation(task, pretrained, tmp_path, fresh_accelerate):
+    """A fine-tuned folder of every task, evaluated on its run's data, gives the run's final evaluation (to float
+    rounding: the exported weights are the run's)."""
+    data = example_data(task)
+    config = FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        output_dir=str(tmp_path / "model"),
+        max_train_steps=2,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=4,
+        **data,
+    )
+    result = finetuning.finetune(config)
+    finetuning.export(config, result)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    evaluated = model_evaluation.evaluate_model(
+        EvaluationConfig(model=str(tmp_path / "model"), per_device_eval_batch_size=4, **data)
+    )
+    assert set(evaluated) == {name for name in result.metrics if name.startswith("eval_")}
+    assert evaluated == pytest.approx({name: result.metrics[name] for name in evaluated}, rel=1e-5, abs=1e-6)
+
+
+def test_a_fine_tuned_head_is_scored_only_on_its_labels(pretrained, tmp_path, fresh_accelerate, monkeypatch, capsys):
+    data = example_data("text-classification")
+    model = str(tmp_path / "model")
+    config = FinetuningConfig(
+        model_name_or_path=pretrained, output_dir=model, max_train_steps=1, per_device_train_batch_size=8, **data
+    )
+    finetuning.export(config, finetuning.finetune(config))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    rows = [json.loads(line) for line in Path(data["train_file"]).read_text().splitlines()]
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({**row, "label": f"x{i % 3}"}) + "\n" for i, row in enumerate(rows)))
+    cases = {
+        "other labels": (
+            ["--train_file", other],
+            f"MODEL {model!r} has a text-classification head for 2 labels ['negative', 'positive'], but the data "
+            "has 3 labels ['x0', 'x1', 'x2']: give data with the head's labels.",
+        ),
+        "a masked-LM flag": (["--max_seq_length", "64"], "--max_seq_length is for masked-LM folders"),
+        "a length under 4": (["--max_length", "2"], "--max_length must be at least 4, got 2."),
+    }
+    for case, (argv, expected) in cases.items():
+        status, _, err = run_command(model_evaluation.main, "evaluate", [model, *argv], monkeypatch, capsys)
+        line = err.strip().splitlines()[-1]  # after datasets' progress bars
+        assert status == 2 and line.startswith("evaluate: error: ") and expected in line, (case, err)

@@ -578,7 +578,67 @@ ProblemType = Literal["single_label_classification", "multi_label_classification
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FinetuningConfig(DataConfig, TrainingConfig):
+class TaskDataConfig(FlagConfig):
+    """How a fine-tuning task reads its data (the columns beyond --text_column_name, the labels' problem type, the
+    inputs' length), for fine-tuning a head and for evaluating a fine-tuned one; `check_task_flags` checks them
+    against the task."""
+
+    _argument_group_name = "task data"
+
+    text_pair_column_name: str | None = dataclasses.field(
+        default=None, metadata={"help": "Second text of a pair (sequence classification)."}
+    )
+    label_column_name: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels')."
+        },
+    )
+    problem_type: ProblemType | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
+            "unless set."
+        },
+    )
+    max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
+    doc_stride: int = dataclasses.field(
+        default=32,
+        metadata={
+            "help": "question-answering: a context longer than --max_length is cut into windows that overlap by this "
+            "many tokens."
+        },
+    )
+    pad_to_multiple_of: int | None = dataclasses.field(
+        default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
+    )
+    keep_similar_labels: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Keep labels that differ only by case or surrounding whitespace ('Positive', 'positive ') as "
+            "separate labels: refused without it."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_length < 4:
+            raise UsageError(f"--max_length must be at least 4, got {self.max_length}.")
+        check_positive(self, "pad_to_multiple_of")
+
+    def check_task_flags(self, task: str) -> None:
+        """A `UsageError` for a flag that the task `task` does not read, or a value it cannot use."""
+        if task != "text-classification" and self.text_pair_column_name:
+            raise UsageError("--text_pair_column_name is for text-classification.")
+        if task == "question-answering" and not 0 <= self.doc_stride < self.max_length // 2:
+            raise UsageError(
+                f"--doc_stride must be at least 0 and less than half of --max_length ({self.max_length}), got "
+                f"{self.doc_stride}."
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FinetuningConfig(DataConfig, TaskDataConfig, TrainingConfig):
     """Fine-tune a sinusoidal encoder with accelerate: sequence or token classification, extractive question
     answering, multiple choice.
 
@@ -622,33 +682,6 @@ class FinetuningConfig(DataConfig, TrainingConfig):
     tokenizer_name: str | None = dataclasses.field(
         default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's).", "reads": True}
     )
-    text_pair_column_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Second text of a pair (sequence classification)."}
-    )
-    label_column_name: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels')."
-        },
-    )
-    problem_type: ProblemType | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
-            "unless set."
-        },
-    )
-    max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
-    doc_stride: int = dataclasses.field(
-        default=32,
-        metadata={
-            "help": "question-answering: a context longer than --max_length is cut into windows that overlap by this "
-            "many tokens."
-        },
-    )
-    pad_to_multiple_of: int | None = dataclasses.field(
-        default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
-    )
     config_overrides: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -661,13 +694,6 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         metadata={
             "help": "Start a new head on the encoder of --model_name_or_path when its head of this task was trained "
             "for other labels (another count, other names): refused without it."
-        },
-    )
-    keep_similar_labels: bool = dataclasses.field(
-        default=False,
-        metadata={
-            "help": "Keep labels that differ only by case or surrounding whitespace ('Positive', 'positive ') as "
-            "separate labels: refused without it."
         },
     )
     base_model_id: str | None = dataclasses.field(
@@ -697,16 +723,8 @@ class FinetuningConfig(DataConfig, TrainingConfig):
         super().__post_init__()
         if self.streaming:
             raise UsageError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
-        if self.max_length < 4:
-            raise UsageError(f"--max_length must be at least 4, got {self.max_length}.")
-        if self.task != "text-classification" and self.text_pair_column_name:
-            raise UsageError("--text_pair_column_name is for text-classification.")
-        if self.task == "question-answering" and not 0 <= self.doc_stride < self.max_length // 2:
-            raise UsageError(
-                f"--doc_stride must be at least 0 and less than half of --max_length ({self.max_length}), got "
-                f"{self.doc_stride}."
-            )
-        check_positive(self, "max_train_samples", "max_eval_samples", "pad_to_multiple_of")
+        self.check_task_flags(self.task)
+        check_positive(self, "max_train_samples", "max_eval_samples")
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)
         if self.baselines:
@@ -1148,28 +1166,30 @@ class DistillationConfig(DataConfig):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class EvaluationConfig(DataConfig):
-    """Score a pretrained model folder (or Hub id) on a dataset, as pretraining evaluates: the masked-token-weighted
-    loss and perplexity of its masked-LM head, the unigram baseline (each masked token scored by its frequency in
-    the training split) and the order gap (the loss with each block's tokens shuffled, minus the loss), at each
-    length of --max_seq_length.
+class EvaluationConfig(DataConfig, TaskDataConfig):
+    """Score a model folder (or Hub id) on a dataset, as its training evaluated it. A pretrained folder (a masked-LM
+    head): the masked-token-weighted loss and perplexity, the unigram baseline (each masked token scored by its
+    frequency in the training split) and the order gap (the loss with each block's tokens shuffled, minus the loss),
+    at each length of --max_seq_length. A fine-tuned folder: its task's metrics on the validation split, as
+    fine-tuning's final evaluation computes them (with the task-data flags of fine-tuning for your columns).
 
         sinusoidal-encoder-evaluate outputs/small-builtin                       # the built-in corpus, 128 tokens
         sinusoidal-encoder-evaluate outputs/small-builtin --max_seq_length 128 512 1024 --output_file lengths.json
+        sinusoidal-encoder-evaluate outputs/library-classifier                  # the built-in downstream task
         accelerate launch -m sinusoidal_encoder_training evaluate MODEL --dataset_name wikitext \\
             --dataset_config_name wikitext-103-raw-v1
 
-    The validation split is packed into blocks of each length and masked by the keys pretraining uses (seed, block):
-    with pretraining's --seed, --mlm_probability, data and --per_device_eval_batch_size, the figures at the training
-    length are those of the run's final evaluation. The model is evaluated as it is (positions past
-    max_position_embeddings as its config handles them).
+    A masked-LM folder's validation split is packed into blocks of each length and masked by the keys pretraining
+    uses (seed, block): with pretraining's --seed, --mlm_probability and data, the figures at the training length
+    are those of the run's final evaluation. A fine-tuned folder's head must have been trained for the data's labels
+    (the same names, in any order).
     """
 
     _argument_group_name = "model and evaluation"
 
     model: str = dataclasses.field(
         metadata={
-            "help": "A model folder or Hub id with a masked-LM head (a pretraining run's folder).",
+            "help": "A model folder or Hub id: a pretraining run's (a masked-LM head) or a fine-tuning run's.",
             "positional": True,
             "reads": True,
         }
@@ -1177,9 +1197,12 @@ class EvaluationConfig(DataConfig):
     tokenizer_name: str | None = dataclasses.field(
         default=None, metadata={"help": "Tokenizer folder or Hub id (default: the model's own).", "reads": True}
     )
-    max_seq_length: list[int] = dataclasses.field(
-        default_factory=lambda: [128],
-        metadata={"help": "Tokens per evaluated block; several lengths for one result each (default: 128)."},
+    max_seq_length: list[int] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "A masked-LM folder: tokens per evaluated block; several lengths give a result each (default: "
+            "128)."
+        },
     )
     mlm_probability: float = dataclasses.field(
         default=0.15, metadata={"help": "Share of tokens masked for prediction."}
@@ -1195,7 +1218,7 @@ class EvaluationConfig(DataConfig):
         default=64, metadata={"help": "Blocks per process and forward pass."}
     )
     max_eval_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Evaluate the first N blocks of each length only."}
+        default=None, metadata={"help": "Evaluate the first N blocks of each length (or N examples) only."}
     )
     output_file: str | None = dataclasses.field(
         default=None, metadata={"help": "Also write the results to this JSON file, by length."}
@@ -1207,10 +1230,10 @@ class EvaluationConfig(DataConfig):
         check_model_source("--tokenizer_name", self.tokenizer_name)
         check_positive(self, "per_device_eval_batch_size", "max_eval_samples")
         check_seeds(self, "seed")
-        for length in self.max_seq_length:
+        for length in self.lengths:
             if length < 8:
                 raise UsageError(f"--max_seq_length must be at least 8, got {length}.")
-        if len(set(self.max_seq_length)) != len(self.max_seq_length):
+        if len(set(self.lengths)) != len(self.lengths):
             raise UsageError(f"--max_seq_length names a length twice: {self.max_seq_length}.")
         if not 0.0 < self.mlm_probability < 1.0:
             raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
@@ -1229,6 +1252,11 @@ class EvaluationConfig(DataConfig):
             for name in sorted(os.listdir(self.model)):
                 reads[f"MODEL's {name}"] = os.path.join(self.model, name)
         return reads
+
+    @property
+    def lengths(self) -> list[int]:
+        """The lengths a masked-LM folder is evaluated at: --max_seq_length, 128 by default."""
+        return self.max_seq_length or [128]
 
     def cleared_paths(self) -> list[Cleared]:
         """The results file, which the run replaces."""

@@ -20,6 +20,7 @@ from typing import Any
 import datasets
 import torch
 import transformers
+from accelerate import Accelerator
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -167,6 +168,15 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
 LABELLED = tuple(name for name, task in TASKS.items() if task.recipe == "classification")
 
 
+class OtherLabels(UsageError):
+    """The data's labels are not those the folder's head was trained for: what differs, and what to do (which
+    depends on the command)."""
+
+    def __init__(self, what: str, advice: str):
+        super().__init__(f"{what}: {advice}")
+        self.what = what
+
+
 @dataclasses.dataclass(frozen=True)
 class HeadPlan:
     """What a fine-tune does with the head of --model_name_or_path (`plan_head`): the labels of the run, in the
@@ -230,9 +240,9 @@ def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None,
     theirs = describe_labels(getattr(folder_config, "problem_type", None), folder_labels(folder_config))
     ours = describe_labels(problem, labels)
     if not config.ignore_mismatched_sizes:
-        raise UsageError(
-            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}: "
-            "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels."
+        raise OtherLabels(
+            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}",
+            "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels.",
         )
     line = (
         f"--model_name_or_path {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
@@ -337,6 +347,33 @@ def finetune(
         extra = optional_step("score the baselines", prepared.extra_scores, final)
         final.update(extra or {})
     return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared)
+
+
+def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> dict[str, float]:
+    """The final evaluation of a fine-tuning run, without the training: the head of --model_name_or_path (trained for
+    --task) scored on the validation split of the run's data, prepared by the task's recipe as fine-tuning prepares
+    it, summed over the processes of `accelerator`. A head trained for other labels than the data's is refused in
+    one line (`plan_head`); no folder is written."""
+    model_config = load_model_config(config)
+    tokenizer = load_tokenizer(config, model_config)
+    recipe = importlib.import_module(f"sinusoidal_encoder_training.{TASKS[config.task].recipe}")
+    folder_config = copy.deepcopy(model_config)
+    try:
+        with accelerator.main_process_first():
+            raw = load_task_data(config)
+            prepared = recipe.prepare(config, raw, tokenizer, model_config)
+        problem, labels = run_labels(config, model_config)
+        plan = plan_head(config, folder_config, problem, labels)
+    except OtherLabels as error:
+        raise UsageError(f"{error.what}: give data with the head's labels.") from error
+    if plan.fresh:  # a head of another task: never scored
+        raise UsageError(f"--model_name_or_path {config.model_name_or_path!r} has no trained {config.task} head.")
+    model = load_task_model(config, model_config, plan)
+    loader = torch.utils.data.DataLoader(
+        prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
+    )
+    model, loader = accelerator.prepare(model, loader)
+    return prepared.make_task(torch.Generator()).evaluate(model, loader, accelerator)
 
 
 def export(config: FinetuningConfig, result: FinetuningResult) -> None:

@@ -1,13 +1,15 @@
-"""The evaluate command: a pretrained folder (or Hub id) scored on a dataset by the evaluation library
-(`evaluation.MaskedLMEvaluation`, which pretraining's evaluation calls too), at each length an `EvaluationConfig`
-(`configs`) names; the command line is `run` (`main`).
+"""The evaluate command: a model folder (or Hub id) scored on a dataset as an `EvaluationConfig` (`configs`) says.
+A pretrained folder is scored by the evaluation library (`evaluation.MaskedLMEvaluation`, which pretraining's
+evaluation calls too) at each length; a fine-tuned one by its task's evaluation (`finetuning.evaluate_finetuned`,
+fine-tuning's final evaluation without the training). The command line is `run` (`main`).
 
 In code: `evaluate_model(EvaluationConfig(model="outputs/small-builtin", max_seq_length=[128, 512]))` gives the
-metrics by length.
+metrics by length; `evaluate_model(EvaluationConfig(model="outputs/library-classifier"))` the task's metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import datasets
@@ -25,7 +27,7 @@ from sinusoidal_encoder_training.command_line import (
     front,
     loading,
 )
-from sinusoidal_encoder_training.configs import EvaluationConfig
+from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
 from sinusoidal_encoder_training.data import (
     IndexedExamples,
     IndexedStream,
@@ -34,38 +36,54 @@ from sinusoidal_encoder_training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
+from sinusoidal_encoder_training.finetuning import evaluate_finetuned
 from sinusoidal_encoder_training.loop import unlabel_repeated_examples
 from sinusoidal_encoder_training.metrics_log import format_metrics, write_json
 from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
-from sinusoidal_encoder_training.tasks import task_of_architecture
+from sinusoidal_encoder_training.tasks import FINETUNED, task_of_architecture
 
-# what the folder of a fine-tuned head is scored with instead
-FINETUNED_INSTEAD = (
-    "evaluate scores a masked-LM folder (a pretraining run's); a fine-tuned folder's task metrics come from "
-    "finetune's final evaluation, in its eval_results.json."
+# the fields of a fine-tuning run's configuration that the evaluate command sets (those it shares with it)
+SHARED = tuple(
+    field.name for field in dataclasses.fields(EvaluationConfig) if field.name in FinetuningConfig.__dataclass_fields__
 )
+# what a folder with neither a masked-LM head nor a fine-tuned one is refused with
+NO_HEAD = "give a pretraining run's folder (a masked-LM head) or a fine-tuning run's."
+
+
+def folder_task(config: EvaluationConfig) -> str | None:
+    """The fine-tuning task of the folder's head (config.json's `architectures`), or None for a masked-LM folder;
+    a folder with neither (a bare encoder) is refused in one line, before any weight is read."""
+    architecture = folder_architecture(config.model)
+    task = task_of_architecture(architecture)
+    if task in FINETUNED:
+        if config.max_seq_length is not None:
+            raise UsageError(
+                f"--max_seq_length is for masked-LM folders; MODEL {config.model!r} is fine-tuned for {task}: its "
+                "inputs are cut at --max_length."
+            )
+        return task
+    problem = head_problem(config.model, architecture, "fill-mask", NO_HEAD)
+    if problem is not None:
+        raise UsageError(problem)
+    return None
+
+
+def finetuning_config(config: EvaluationConfig, task: str) -> FinetuningConfig:
+    """The configuration of a fine-tuning run of `task` on the evaluated data, whose final evaluation the command
+    reproduces (checked as a fine-tuning run is: the task's flags). Its output folder is never written."""
+    values = {name: getattr(config, name) for name in SHARED}
+    return FinetuningConfig(**values, task=task, model_name_or_path=config.model, output_dir=os.curdir)
 
 
 def load_model(config: EvaluationConfig, accelerator: Accelerator):
-    """The folder's masked-LM model and its tokenizer, after the checks: a folder without a trained masked-LM head
-    (a fine-tuned classifier, a bare encoder), damaged files, or a tokenizer larger than the vocabulary is refused in
-    one line before any data is read."""
-    architecture = folder_architecture(config.model)  # config.json alone: before any weight is loaded
-    own = task_of_architecture(architecture)
-    instead = (
-        FINETUNED_INSTEAD
-        if own not in (None, "fill-mask", "feature-extraction")
-        else "give a pretraining run's folder."
-    )
-    problem = head_problem(config.model, architecture, "fill-mask", instead)
-    if problem is not None:
-        raise UsageError(problem)
+    """The folder's masked-LM model and its tokenizer, after the checks: damaged files, or a tokenizer larger than
+    the vocabulary, are refused in one line before any data is read."""
     check_local_files("MODEL", config.model)
     source, flag = (config.tokenizer_name, "--tokenizer_name") if config.tokenizer_name else (config.model, "MODEL")
     with loading(flag, source, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(source)
     with loading("MODEL", config.model):
-        model = load_trained(AutoModelForMaskedLM, config.model, instead)
+        model = load_trained(AutoModelForMaskedLM, config.model, NO_HEAD)
     check_tokenizer_fits(
         f"{flag} {source!r}",
         len(tokenizer),
@@ -99,15 +117,29 @@ def length_blocks(
     return IndexedExamples(validation), unigram
 
 
-def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict[int, dict[str, float]]:
-    """The metrics of the model at each length of --max_seq_length (`MaskedLMEvaluation`: loss, perplexity, unigram
-    baseline, order gap, masked tokens), summed over every process of `accelerator` (a new one by default, which
-    reads accelerate's launch settings: devices, mixed precision)."""
+def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict:
+    """A masked-LM folder's metrics at each length of --max_seq_length (`evaluate_masked_lm`), or a fine-tuned
+    folder's task metrics (`finetuning.evaluate_finetuned`), summed over every process of `accelerator` (a new one by
+    default, which reads accelerate's launch settings: devices, mixed precision)."""
     accelerator = accelerator or Accelerator()
+    task = folder_task(config)
+    if task is None:
+        return evaluate_masked_lm(config, accelerator)
+    try:
+        metrics = evaluate_finetuned(finetuning_config(config, task), accelerator)
+    except UsageError as error:  # fine-tuning's lines name the model by its flag there; here it is MODEL
+        raise UsageError(str(error).replace("--model_name_or_path ", "MODEL ")) from error
+    accelerator.print(f"{task}: {format_metrics(metrics)}")
+    return metrics
+
+
+def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> dict[int, dict[str, float]]:
+    """The metrics of a masked-LM folder at each length (`MaskedLMEvaluation`: loss, perplexity, unigram baseline,
+    order gap, masked tokens), each printed with the sentence that reads it."""
     model, tokenizer = load_model(config, accelerator)
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
-        prepared = {length: length_blocks(config, raw, tokenizer, length) for length in config.max_seq_length}
+        prepared = {length: length_blocks(config, raw, tokenizer, length) for length in config.lengths}
     model = accelerator.prepare(model)
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
     results = {}
@@ -121,23 +153,23 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     return results
 
 
-def write_results(path: str, config: EvaluationConfig, results: dict[int, dict[str, float]]) -> None:
-    """The results as JSON, by length, with what was evaluated; written whole or not at all."""
+def write_results(path: str, config: EvaluationConfig, results: dict) -> None:
+    """The results as JSON (a masked-LM folder's by length), with what was evaluated; written whole or not at all."""
     data = "the built-in corpus" if not (config.dataset_name or config.train_file) else None
     report = {
         "model": config.model,
         "data": data or config.dataset_name or config.train_file,
         "mlm_probability": config.mlm_probability,
         "seed": config.seed,
-        "results": {str(length): metrics for length, metrics in results.items()},
+        "results": {str(key): value for key, value in results.items()},
     }
     temporary = temporary_path(path)
     write_json(temporary, report)
     os.replace(temporary, path)
 
 
-def run(config: EvaluationConfig) -> dict[int, dict[str, float]]:
-    """The command: evaluate, print a line per length, and write --output_file (`sinusoidal-encoder-evaluate`,
+def run(config: EvaluationConfig) -> dict:
+    """The command: evaluate, print the results, and write --output_file (`sinusoidal-encoder-evaluate`,
     `python -m sinusoidal_encoder_training evaluate`, once `console.py` has parsed the flags)."""
     accelerator = Accelerator()
     results = evaluate_model(config, accelerator)
@@ -147,7 +179,7 @@ def run(config: EvaluationConfig) -> dict[int, dict[str, float]]:
     return results
 
 
-def main(argv: list[str] | None = None) -> dict[int, dict[str, float]]:
+def main(argv: list[str] | None = None) -> dict:
     """`python -m sinusoidal_encoder_training.model_evaluation`: the command of `argv` (`sys.argv[1:]` by default)."""
     return run(parse_config(EvaluationConfig, argv))
 
