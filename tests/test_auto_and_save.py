@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,24 @@ HEADS = {
     "AutoModelForQuestionAnswering": se.SinusoidalEncoderForQuestionAnswering,
     "AutoModelForMultipleChoice": se.SinusoidalEncoderForMultipleChoice,
 }
+
+
+# The model package's code: every file is copied into every saved folder (transformers follows the relative imports
+# from the modeling file) and loads from there with trust_remote_code.
+MODEL_FILES = sorted(path.name for path in Path(se.__file__).parent.glob("*.py") if path.name != "__init__.py")
+
+
+def imported_modules(code: str) -> tuple[set[str], set[str]]:
+    """The top-level modules that `code` imports absolutely, and the sibling modules it imports relatively."""
+    absolute, relative = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            absolute |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            relative.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            absolute.add(node.module.split(".")[0])
+    return absolute, relative
 
 
 def head_inputs(auto_name: str) -> dict[str, torch.Tensor]:
@@ -107,30 +127,26 @@ def test_round_trip_through_auto_class(tmp_path, auto_name, variant):
 def test_saved_folder_is_hub_ready(tmp_path):
     se.SinusoidalEncoderForMaskedLM(head_config()).save_pretrained(tmp_path)
     files = set(os.listdir(tmp_path))
-    assert {
-        "config.json",
-        "model.safetensors",
-        "modeling_sinusoidal_encoder.py",
-        "configuration_sinusoidal_encoder.py",
-        "positions.py",
-    } <= files
+    assert {"modeling_sinusoidal_encoder.py", "configuration_sinusoidal_encoder.py", "positions.py"} < set(MODEL_FILES)
+    assert {"config.json", "model.safetensors", *MODEL_FILES} <= files
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "sinusoidal_encoder"
     assert set(config["auto_map"]) == {"AutoConfig", *HEADS}
     for auto_name, cls in HEADS.items():
         assert config["auto_map"][auto_name] == f"modeling_sinusoidal_encoder.{cls.__name__}"
-    # the copied code imports nothing from this package or the training code: relative imports among its own files
-    code = (tmp_path / "modeling_sinusoidal_encoder.py").read_text()
-    assert "sinusoidal_encoder import" not in code.replace(".configuration_sinusoidal_encoder import", "")
-    assert "from .configuration_sinusoidal_encoder import" in code and "from .positions import" in code
+    # the copied code imports the standard library, torch and transformers, and its own files by relative import:
+    # nothing of this package or the training code
+    for name in MODEL_FILES:
+        absolute, relative = imported_modules((tmp_path / name).read_text())
+        assert absolute <= set(sys.stdlib_module_names) | {"torch", "transformers"}, (name, absolute)
+        assert {f"{module}.py" for module in relative} <= set(MODEL_FILES), (name, relative)
     positions = (tmp_path / "positions.py").read_text()  # the position modes: torch alone
-    imports = {line.split()[1] for line in positions.splitlines() if line.startswith(("import ", "from "))}
-    assert imports <= {"__future__", "collections.abc", "dataclasses", "typing", "torch"}
+    assert imported_modules(positions)[0] <= set(sys.stdlib_module_names) | {"torch"}
 
 
 HUB_LOADER = textwrap.dedent(
     """
-    import sys
+    import os, sys
     sys.modules["sinusoidal_encoder"] = None  # the package is not installed here: importing it fails
     try:
         import sinusoidal_encoder  # noqa: F401
@@ -145,6 +161,10 @@ HUB_LOADER = textwrap.dedent(
     for auto_name, inputs in jobs.items():
         model = getattr(transformers, auto_name).from_pretrained(f"{folder}/{auto_name}", trust_remote_code=True)
         assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        # every code file of the folder ran from the folder's copy
+        loaded = {name.rpartition(".")[2] for name in sys.modules if name.startswith("transformers_modules.")}
+        code = {name[:-3] for name in os.listdir(f"{folder}/{auto_name}") if name.endswith(".py")}
+        assert code and code <= loaded, code - loaded
         model.eval()
         with torch.no_grad():
             out = model(**inputs)
@@ -168,6 +188,7 @@ def test_hub_folder_loads_with_trust_remote_code_without_the_package(tmp_path, t
         overrides = {"position_mode": "ordered_subset"} if auto_name == "AutoModelForTokenClassification" else {}
         model = cls(head_config(**overrides)).eval()
         model.save_pretrained(tmp_path / auto_name)
+        assert set(MODEL_FILES) <= set(os.listdir(tmp_path / auto_name))  # the loader runs each of them
         jobs[auto_name] = head_inputs(auto_name)
         expected[auto_name] = outputs_of(model, jobs[auto_name])
     tokenizer.save_pretrained(tmp_path / "AutoModel")

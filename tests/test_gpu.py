@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+from sinusoidal_encoder import fast_paths
 
 pytestmark = [
     pytest.mark.gpu,
@@ -88,10 +88,10 @@ def test_torchs_varlen_kernel_equals_sdpa_on_padded_batches_with_gradients(dtype
     """The unpadded path on CUDA (packed tokens through `varlen_attn`, no flash-attn package) against the padded
     batch through sdpa: the same masked-LM loss, logits on the real tokens and gradients of every weight, within
     half-precision tolerances; and the kernel is really the one called."""
-    if modeling.varlen_attn is None:
+    if fast_paths.varlen_attn is None:
         pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen (torch 2.10 and later do)")
     calls = []
-    kernel = modeling.varlen_attn
+    kernel = fast_paths.varlen_attn
 
     def counted(*args, **kwargs):
         calls.append(args[0].shape)
@@ -106,7 +106,7 @@ def test_torchs_varlen_kernel_equals_sdpa_on_padded_batches_with_gradients(dtype
         config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256, unpad_inputs=unpad)
         model = AutoModelForMaskedLM.from_config(config).to(device="cuda", dtype=dtype).train()
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(modeling, "varlen_attn", counted)
+            patch.setattr(fast_paths, "varlen_attn", counted)
             output = model(ids, attention_mask=mask, labels=labels)
             output.loss.backward()
         grads = {name: p.grad.float().cpu() for name, p in model.named_parameters()}
@@ -124,7 +124,7 @@ def test_torchs_varlen_kernel_equals_sdpa_on_padded_batches_with_gradients(dtype
 def test_torchs_varlen_kernel_serves_inference_in_bf16_and_equals_sdpa_of_each_row_alone():
     """bf16 inference as users load it (`dtype=torch.bfloat16`): a padded batch's real tokens equal each row run
     alone without padding (sdpa, no mask), within bf16 rounding."""
-    if modeling.varlen_attn is None:
+    if fast_paths.varlen_attn is None:
         pytest.skip(f"torch {torch.__version__} has no torch.nn.attention.varlen (torch 2.10 and later do)")
     config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256)
     model = se.SinusoidalEncoderModel(config).to(device="cuda", dtype=torch.bfloat16).eval()

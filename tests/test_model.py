@@ -12,6 +12,8 @@ from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import sinusoidal_encoder as se
+from sinusoidal_encoder import fast_paths
+from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
 
 
 def torch_reference_encoder(model: se.SinusoidalEncoderModel) -> nn.TransformerEncoder:
@@ -182,14 +184,12 @@ def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
 ):
     """On a CUDA GPU (simulated: the capability is what torch would report) the unpadded path calls `varlen_attn`
     with the packed layout, and only where the kernel runs; elsewhere the padded layout, as before."""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     calls = []
-    monkeypatch.setattr(modeling, "varlen_attn", _varlen_stand_in(calls))
+    monkeypatch.setattr(fast_paths, "varlen_attn", _varlen_stand_in(calls))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    assert modeling._runs_flash_attention(torch.device("cuda")) == (capability >= (8, 0))
-    assert not modeling._runs_flash_attention(torch.device("cpu"))
-    monkeypatch.setattr(modeling, "_runs_flash_attention", lambda device: capability >= (8, 0))  # as on a GPU
+    assert fast_paths.runs_flash_attention(torch.device("cuda")) == (capability >= (8, 0))
+    assert not fast_paths.runs_flash_attention(torch.device("cpu"))
+    monkeypatch.setattr(fast_paths, "runs_flash_attention", lambda device: capability >= (8, 0))  # as on a GPU
     config = tiny_config(attention_probs_dropout_prob=dropout)
     model = AutoModel.from_config(config, attn_implementation=implementation).to(dtype).train(training)
     ids = random_ids(3, 12)
@@ -198,7 +198,7 @@ def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
     mask[2, 5:] = 0
     model(ids, attention_mask=mask)
     assert calls == ([((25, 4, 8), [0, 12, 20, 25], 12)] * 2 if used else [])  # once per layer
-    monkeypatch.setattr(modeling, "varlen_attn", None)  # a torch without the kernel (before 2.10)
+    monkeypatch.setattr(fast_paths, "varlen_attn", None)  # a torch without the kernel (before 2.10)
     model(ids, attention_mask=mask)
     assert len(calls) == (2 if used else 0)
 
@@ -209,11 +209,9 @@ def test_the_varlen_kernel_path_gives_the_padded_batchs_outputs_and_gradients(mo
     every weight equal those of the padded batch attended by sdpa, up to half-precision rounding. (fp16 gradients
     are compared on a GPU, tests/test_gpu.py: on the CPU, fp16 LayerNorm of the unpadded path's zero rows at padding
     underflows its epsilon and gives NaN there.)"""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     calls = []
-    monkeypatch.setattr(modeling, "varlen_attn", _varlen_stand_in(calls))
-    monkeypatch.setattr(modeling, "_runs_flash_attention", lambda device: True)
+    monkeypatch.setattr(fast_paths, "varlen_attn", _varlen_stand_in(calls))
+    monkeypatch.setattr(fast_paths, "runs_flash_attention", lambda device: True)
     ids = random_ids(4, 16, seed=5)
     mask = torch.ones_like(ids)
     for row, keep in enumerate((16, 9, 3, 1)):
@@ -407,10 +405,8 @@ def test_unpadded_path_equals_the_padded_one_on_real_tokens(norm_first, attn_imp
 
 
 def test_packed_tokens_lay_out_as_a_right_padded_batch():
-    from sinusoidal_encoder.modeling_sinusoidal_encoder import _packed_to_padded
-
     packed = torch.arange(9.0).view(9, 1)  # three sequences of 3, 2 and 4 tokens
-    padded, keep = _packed_to_padded(packed, torch.tensor([0, 3, 5, 9], dtype=torch.int32), max_length=4)
+    padded, keep = fast_paths.packed_to_padded(packed, torch.tensor([0, 3, 5, 9], dtype=torch.int32), max_length=4)
     assert keep.tolist() == [[True, True, True, False], [True, True, False, False], [True, True, True, True]]
     assert padded[..., 0].tolist() == [[0, 1, 2, 0], [3, 4, 0, 0], [5, 6, 7, 8]]
     assert torch.equal(padded[keep], packed)
@@ -424,9 +420,7 @@ def test_the_layers_take_packed_tokens_with_transformers_varlen_arguments(
     """The unpadded path: embeddings of ids and positions packed together `(1, N)`, layers run with `cu_seq_lens_q/k`
     and `max_length_q/k`; the same hidden states as the padded batch on its real tokens. `per_sequence=False` is the
     layout of GPUs (one call on a padded batch), forced here on the CPU."""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
-    monkeypatch.setattr(modeling, "_attends_per_sequence", lambda device: per_sequence)
+    monkeypatch.setattr(fast_paths, "attends_per_sequence", lambda device: per_sequence)
     model = AutoModel.from_config(tiny_config(), attn_implementation=attn_implementation).eval()
     ids = random_ids(3, 6)
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
@@ -453,8 +447,6 @@ def _out_of_place_residuals(sublayer_output, residual):
 def test_inference_in_place_ops_compute_the_training_graph_values(monkeypatch, norm_first, hidden_act):
     """Without autograd the activation runs in place and each residual sum is added into the sub-layer output: the
     outputs must be bit for bit those of the out-of-place graph that training builds."""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     model = AutoModel.from_config(tiny_config(norm_first=norm_first, hidden_act=hidden_act)).eval()
     ids = random_ids(3, 11)
     mask = torch.ones_like(ids)
@@ -462,8 +454,8 @@ def test_inference_in_place_ops_compute_the_training_graph_values(monkeypatch, n
     with torch.no_grad():
         fast = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state]
     with monkeypatch.context() as patch:
-        patch.setattr(modeling, "_INPLACE_ACTIVATIONS", {})
-        patch.setattr(modeling, "_add_residual", _out_of_place_residuals)
+        patch.setattr(fast_paths, "INPLACE_ACTIVATIONS", {})
+        patch.setattr(modeling, "add_residual", _out_of_place_residuals)
         with torch.enable_grad():
             reference = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state]
     assert reference[0].requires_grad  # the graph path really ran
@@ -472,8 +464,6 @@ def test_inference_in_place_ops_compute_the_training_graph_values(monkeypatch, n
 
 
 def test_activation_kernels_run_in_place_only_without_autograd():
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     ffn = modeling.SinusoidalEncoderFeedForward(tiny_config(hidden_act="gelu"))
     seen = []
     ffn.dense_out.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
@@ -490,17 +480,15 @@ def test_activation_kernels_run_in_place_only_without_autograd():
 def test_residual_stream_keeps_float32_under_autocast(monkeypatch, norm_first):
     """Under bf16 autocast the projections are bf16 while LayerNorm (and so the post-LN residual stream) is float32:
     the residual sums must not be rounded into the bf16 sub-layer outputs."""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     bf16, fp32 = torch.zeros(4, dtype=torch.bfloat16), torch.full((4,), 1.001)
-    assert modeling._add_residual(bf16, fp32).dtype == torch.float32
-    assert torch.equal(modeling._add_residual(bf16, fp32), fp32)
+    assert fast_paths.add_residual(bf16, fp32).dtype == torch.float32
+    assert torch.equal(fast_paths.add_residual(bf16, fp32), fp32)
 
     model = AutoModel.from_config(tiny_config(norm_first=norm_first)).eval()
     ids = random_ids(2, 9)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         fast = model(ids).last_hidden_state
-        monkeypatch.setattr(modeling, "_add_residual", _out_of_place_residuals)
+        monkeypatch.setattr(modeling, "add_residual", _out_of_place_residuals)
         reference = model(ids).last_hidden_state
     assert torch.equal(fast, reference)
 
@@ -515,8 +503,6 @@ def test_sdpa_trains_short_bf16_sequences_on_the_cpu_with_the_written_out_attent
     """In bf16 on the CPU with autograd, sdpa hands sequences of at most 128 tokens to the written-out attention
     (faster there: benchmarks/utilization.py); the loss and gradients are those of the sdpa kernel up to bf16
     rounding. Longer sequences and inference keep the kernel."""
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
     written_out_attention, calls = modeling.eager_attention_forward, []
 
     def counted(*args, **kwargs):
@@ -536,7 +522,7 @@ def test_sdpa_trains_short_bf16_sequences_on_the_cpu_with_the_written_out_attent
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters()}
     model.zero_grad()
-    monkeypatch.setattr(modeling, "_written_out_is_faster", lambda *args: False)
+    monkeypatch.setattr(modeling, "written_out_is_faster", lambda *args: False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         kernel_loss = model(ids, labels=labels).loss
     kernel_loss.backward()
@@ -640,9 +626,7 @@ def test_padding_free_batches_of_data_collator_with_flattening(per_sequence, att
     that of the packed labels."""
     from transformers import DataCollatorWithFlattening
 
-    from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
-    monkeypatch.setattr(modeling, "_attends_per_sequence", lambda device: per_sequence)
+    monkeypatch.setattr(fast_paths, "attends_per_sequence", lambda device: per_sequence)
     model = AutoModelForMaskedLM.from_config(tiny_config(), attn_implementation=attn_implementation).eval()
     sequences = [random_ids(1, n, seed=n)[0].tolist() for n in (5, 9, 3)]
     collator = DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=True)

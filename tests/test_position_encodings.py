@@ -13,6 +13,7 @@ import torch
 from conftest import assert_rows_match_alone, padded_batch, random_ids, tiny_config
 from transformers import AutoModel, AutoModelForMaskedLM
 
+from sinusoidal_encoder import fast_paths
 from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
 from sinusoidal_encoder.positions import (
     POSITION_ENCODINGS,
@@ -159,7 +160,7 @@ def test_every_attention_path_gives_each_row_its_own_result(encoding, attn_imple
     """A padded batch, on the packed path (rotary: one call per sequence on the CPU, or one padded call as on GPUs)
     or on the padded layout (ALiBi's bias), gives each row the hidden states of the row run alone; the returned
     attentions path (eager, padded) agrees as well."""
-    monkeypatch.setattr(modeling, "_attends_per_sequence", lambda device: per_sequence)
+    monkeypatch.setattr(fast_paths, "attends_per_sequence", lambda device: per_sequence)
     model = model_with(encoding, attn_implementation)
     ids, mask = padded_batch()
     batched = assert_rows_match_alone(model, ids, mask)

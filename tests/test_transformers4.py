@@ -16,6 +16,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import sinusoidal_encoder as se
+from sinusoidal_encoder import fast_paths
 from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
 from sinusoidal_encoder_training.export import save_tokenizer
 
@@ -100,11 +101,11 @@ def test_fallback_masks_for_older_transformers_give_the_same_outputs(monkeypatch
     with torch.no_grad():
         expected = model(ids, attention_mask=mask).last_hidden_state
         dense_expected = model(ids, attention_mask=torch.ones_like(ids)).last_hidden_state
-        monkeypatch.setattr(modeling, "create_bidirectional_mask", None)
+        monkeypatch.setattr(fast_paths, "create_bidirectional_mask", None)
         got = model(ids, attention_mask=mask).last_hidden_state
         dense_got = model(ids, attention_mask=torch.ones_like(ids)).last_hidden_state
     assert torch.equal(got, expected) and torch.equal(dense_got, dense_expected)
-    assert modeling._bidirectional_mask(model.config, torch.ones_like(ids), expected) is None
+    assert fast_paths.bidirectional_mask(model.config, torch.ones_like(ids), expected) is None
 
 
 def test_attention_lookup_without_get_interface(monkeypatch):

@@ -7,16 +7,18 @@ The encoding has no parameters and no table: it is computed from the positions i
 so it is exact in every dtype, defined at every position (no length cap), and cannot be left uninitialised or be
 overwritten when transformers builds a model on the meta device and loads weights into it.
 
-This file is copied as-is into Hub repositories: it imports only the standard library, torch, public transformers
-API and its sibling files (the configuration, and `positions.py`, where the positions are chosen).
+This file is the architecture, top to bottom: embeddings, attention, feed-forward, layer, stack, pooler and LM head,
+the base model, the loss helpers, the heads. Its siblings hold the rest, each function named where it is used:
+`positions.py` which positions tokens get and how they enter the model, `fast_paths.py` the machine-specific fast
+paths and the code for transformers' attention implementations and older releases, `inputs.py` the checks of what a
+forward pass is given. All of them are copied as-is into Hub repositories: they import only the standard library,
+torch, public transformers API and each other.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
-from itertools import pairwise
 
 import torch
 from torch import nn
@@ -36,9 +38,21 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
+from .fast_paths import (
+    activate,
+    add_residual,
+    add_score_bias,
+    align_loaded_tensors,
+    bidirectional_mask,
+    check_flash_takes,
+    forward_unpadded,
+    packed_attention,
+    restrict_to_window,
+    runs_unpadded,
+    written_out_is_faster,
+)
+from .inputs import check_inputs, require_one_of, selected_hidden_states
 from .positions import (
-    AttentionPositions,
-    Positions,
     adds_to_embeddings,
     attention_positions,
     default_positions,
@@ -47,22 +61,7 @@ from .positions import (
     sinusoidal_position_encoding,
 )
 
-try:  # transformers >= 4.58
-    from transformers.masking_utils import create_bidirectional_mask
-except ImportError:  # transformers 4.57 and older: `_bidirectional_mask` builds the same masks itself
-    create_bidirectional_mask = None
-
-try:  # torch >= 2.10: a variable-length flash attention kernel (CUDA) that takes packed sequences as they are
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:
-    varlen_attn = None
-
 logger = logging.get_logger(__name__)
-
-
-def _require_one_of(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
 
 
 class SinusoidalEncoderEmbeddings(nn.Module):
@@ -96,7 +95,7 @@ class SinusoidalEncoderEmbeddings(nn.Module):
         num_positions: when the positions are known to lie in 0…num_positions-1 (the model's own positions), the
             encoding of those rows is computed once and looked up where that is cheaper.
         """
-        _require_one_of(input_ids, inputs_embeds)
+        require_one_of(input_ids, inputs_embeds)
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)  # (B, T, d)
         if not self.encodes_positions:
@@ -145,11 +144,6 @@ def eager_attention_forward(
     return output, probs
 
 
-def _is_flash(attn_implementation: str | None) -> bool:
-    """flash_attention_2, flash_attention_3, and Hub flash kernels: the implementations that take packed sequences."""
-    return attn_implementation is not None and "flash" in attn_implementation
-
-
 def _attention_function(attn_implementation: str | None) -> Callable:
     """The attention function registered with transformers under `attn_implementation`, or the written-out one for
     "eager" (transformers 5 answers through `get_interface`, which is also how `set_attn_implementation` recognises a
@@ -159,32 +153,6 @@ def _attention_function(attn_implementation: str | None) -> Callable:
     if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
         return ALL_ATTENTION_FUNCTIONS[attn_implementation]
     return eager_attention_forward
-
-
-def _restrict_to_window(
-    attention_mask: torch.Tensor | None, window: int, seq_len: int, device: torch.device
-) -> torch.Tensor:
-    """`attention_mask` (None, booleans or additive floats of shape `(B or 1, 1, T, T)`) with every pair of tokens
-    `window` or more positions apart masked out as well."""
-    positions = torch.arange(seq_len, device=device)
-    band = ((positions[:, None] - positions[None, :]).abs() < window)[None, None]  # (1, 1, T, T): True = attend
-    if attention_mask is None:
-        return band
-    if attention_mask.dtype == torch.bool:
-        return attention_mask & band
-    return attention_mask.masked_fill(~band, torch.finfo(attention_mask.dtype).min)
-
-
-def _add_score_bias(attention_mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`attention_mask` (None, booleans or additive floats `(B or 1, 1, T, T)`, as `_bidirectional_mask` builds it
-    for sdpa and eager attention) as additive floats of `dtype` with `bias` `(B or 1, nh, T, T)` added: one mask of
-    shape `(B or 1, nh, T, T)` that both take."""
-    bias = bias.to(dtype)
-    if attention_mask is None:
-        return bias
-    if attention_mask.dtype == torch.bool:
-        return torch.where(attention_mask, bias, torch.finfo(dtype).min)  # (B or 1, nh, T, T)
-    return attention_mask.to(dtype) + bias
 
 
 class SinusoidalEncoderSelfAttention(nn.Module):
@@ -224,12 +192,12 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:  # only the written-out path can return the probabilities
             attention_interface = _attention_function(self.config._attn_implementation)
-        if kwargs.get("cu_seq_lens_q") is not None:
-            return self.out_proj(self._packed_attention(qkv, attention_interface, **kwargs)), None
-        attn_output, attn_weights = self._attend(qkv, attention_mask, attention_interface, **kwargs)  # (B, T, d)
+        if kwargs.get("cu_seq_lens_q") is not None:  # packed sequences: `fast_paths.packed_attention` picks the call
+            return self.out_proj(packed_attention(self, qkv, attention_interface, **kwargs)), None
+        attn_output, attn_weights = self.attend(qkv, attention_mask, attention_interface, **kwargs)  # (B, T, d)
         return self.out_proj(attn_output), attn_weights
 
-    def _attend(
+    def attend(
         self, qkv: torch.Tensor, attention_mask: torch.Tensor | None, attention_interface: Callable, **kwargs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The one call of the attention function: `qkv` `(B, T, 3d)` split into heads, attended under
@@ -238,7 +206,7 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         batch_size, seq_len, _ = qkv.shape
         qkv = qkv.view(batch_size, seq_len, 3, self.num_heads, self.head_dim)  # (B, T, 3, nh, hs)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 × (B, nh, T, hs)
-        if _written_out_is_faster(self.config._attn_implementation, query):
+        if written_out_is_faster(self.config._attn_implementation, query):
             attention_interface = eager_attention_forward
         dropout = self.attention_dropout if self.training else 0.0
         attn_output, attn_weights = attention_interface(
@@ -246,52 +214,10 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         )  # (B, T, nh, hs)
         return attn_output.reshape(batch_size, seq_len, self.num_heads * self.head_dim), attn_weights  # (B, T, d)
 
-    def _packed_attention(self, qkv: torch.Tensor, attention_interface: Callable, **kwargs) -> torch.Tensor:
-        """Attention within each sequence of packed tokens `(1, N, 3d)`. Flash attention's variable-length kernel
-        takes them as they are, and so does torch's own (`varlen_attn`) for sdpa on a CUDA GPU in fp16 or bf16
-        without attention dropout; on the CPU, sdpa and eager attention run one unmasked call per sequence (no work on
-        padding, which a batch of mixed lengths is mostly made of); elsewhere the sequences are laid out as a padded
-        batch `(B, max_length)` with its mask. Returns `(1, N, d)`."""
-        cu_seq_lens = kwargs.pop("cu_seq_lens_q")
-        max_length = kwargs.pop("max_length_q")
-        for name in ("cu_seq_lens_k", "max_length_k"):  # self-attention: the keys are the queries' tokens
-            kwargs.pop(name, None)
-        if qkv.shape[1] == 0:  # an all-padding batch: no token attends to anything
-            return qkv[..., : self.config.hidden_size]  # (1, 0, d)
-        if _is_flash(self.config._attn_implementation):
-            lengths = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens}
-            lengths.update(max_length_q=max_length, max_length_k=max_length)
-            return self._attend(qkv, None, attention_interface, **lengths, **kwargs)[0]  # (1, N, d)
-        dropout = self.attention_dropout if self.training else 0.0
-        if _uses_varlen_kernel(self.config._attn_implementation, qkv, self.head_dim, dropout):
-            return self._varlen_attention(qkv, cu_seq_lens, max_length)  # (1, N, d)
-        if _attends_per_sequence(qkv.device):
-            outputs = [
-                self._attend(qkv[:, start:end], None, attention_interface, **kwargs)[0]  # (1, L, d)
-                for start, end in pairwise(cu_seq_lens.tolist())
-                if end > start
-            ]
-            return torch.cat(outputs, dim=1)  # (1, N, d)
-        padded, keep = _packed_to_padded(qkv[0], cu_seq_lens, max_length)  # (B, L, 3d), (B, L)
-        mask = _bidirectional_mask(self.config, keep, padded)
-        return self._attend(padded, mask, attention_interface, **kwargs)[0][keep].unsqueeze(0)  # (1, N, d)
-
-    def _varlen_attention(self, qkv: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int) -> torch.Tensor:
-        """Packed tokens `(1, N, 3d)` attended within the sequences that `cu_seq_lens` `(B+1,)` delimits by torch's
-        variable-length kernel, scaled by 1/√hs (its default). Returns `(1, N, d)`."""
-        tokens = qkv.shape[1]
-        qkv = qkv.view(tokens, 3, self.num_heads, self.head_dim)  # (N, 3, nh, hs)
-        query, key, value = qkv.unbind(1)  # 3 × (N, nh, hs)
-        output = varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length)  # (N, nh, hs)
-        return output.reshape(1, tokens, self.num_heads * self.head_dim)  # (1, N, d)
-
 
 class SinusoidalEncoderFeedForward(nn.Module):
-    """FFN(x) = act(x W1 + b1) W2 + b2.
-
-    When autograd does not need the pre-activation values (inference, or frozen weights under `no_grad`), the
-    activation runs in place on the output of `dense_in` for the activations whose in-place kernel is the one
-    `ACT2FN` calls: the same values without a second `(tokens, intermediate_size)` buffer."""
+    """FFN(x) = act(x W1 + b1) W2 + b2 (the activation in place where autograd does not need its input:
+    `fast_paths.activate`)."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
@@ -302,18 +228,14 @@ class SinusoidalEncoderFeedForward(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.dense_in(hidden_states)  # (B, T, d_ff), or (N, d_ff) packed
-        act_inplace = _INPLACE_ACTIVATIONS.get(self.hidden_act)
-        if act_inplace is not None and not (torch.is_grad_enabled() and hidden_states.requires_grad):
-            hidden_states = act_inplace(hidden_states)
-        else:
-            hidden_states = self.act(hidden_states)
-        return self.dense_out(hidden_states)
+        return self.dense_out(activate(self.act, self.hidden_act, hidden_states))
 
 
 class SinusoidalEncoderLayer(GradientCheckpointingLayer):
     """Self-attention and feed-forward sub-layers, each inside a residual connection with LayerNorm and dropout.
 
     Post-LN (the paper): x = Norm(x + Dropout(Sublayer(x))). Pre-LN (`norm_first`): x = x + Dropout(Sublayer(Norm(x))).
+    The sums are `fast_paths.add_residual`: in place where that gives the same values.
     """
 
     def __init__(self, config: SinusoidalEncoderConfig, layer_idx: int | None = None):
@@ -336,15 +258,15 @@ class SinusoidalEncoderLayer(GradientCheckpointingLayer):
             attn_output, attn_weights = self.attention(
                 self.attention_norm(hidden_states), attention_mask, output_attentions, **kwargs
             )
-            hidden_states = _add_residual(self.dropout(attn_output), hidden_states)
-            hidden_states = _add_residual(
+            hidden_states = add_residual(self.dropout(attn_output), hidden_states)
+            hidden_states = add_residual(
                 self.dropout(self.feed_forward(self.feed_forward_norm(hidden_states))), hidden_states
             )
         else:
             attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions, **kwargs)
-            hidden_states = self.attention_norm(_add_residual(self.dropout(attn_output), hidden_states))
+            hidden_states = self.attention_norm(add_residual(self.dropout(attn_output), hidden_states))
             hidden_states = self.feed_forward_norm(
-                _add_residual(self.dropout(self.feed_forward(hidden_states)), hidden_states)
+                add_residual(self.dropout(self.feed_forward(hidden_states)), hidden_states)
             )
         return hidden_states, attn_weights
 
@@ -437,16 +359,10 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, then every CPU tensor that still points into the memory-mapped
-        checkpoint at an address that is not 64-byte aligned is copied into memory of its own. CPU matrix kernels
-        round differently on unaligned operands (small-batch products change in the last bit), so without this a
-        loaded model would not reproduce the saved one bit for bit; aligned weights are also the kernels' fast path."""
+        """`PreTrainedModel.from_pretrained`, its CPU tensors then 64-byte aligned (`fast_paths.align_loaded_tensors`),
+        so that the loaded model reproduces the saved one bit for bit."""
         loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading_info) with output_loading_info
-        with torch.no_grad():
-            for tensor in (*model.parameters(), *model.buffers()):
-                if tensor.device.type == "cpu" and tensor.data_ptr() % 64:
-                    tensor.data = tensor.data.clone()
+        align_loaded_tensors(loaded[0] if isinstance(loaded, tuple) else loaded)  # (model, info): output_loading_info
         return loaded
 
     def _encode(
@@ -498,72 +414,6 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
             nn.init.zeros_(module.bias)
 
 
-def _check_inputs(
-    input_ids: torch.Tensor | None,
-    attention_mask: torch.Tensor | None,
-    position_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    extra: dict,
-) -> None:
-    """Shape checks that turn silent broadcasting mistakes into errors naming the argument."""
-    _require_one_of(input_ids, inputs_embeds)
-    if extra.get("token_type_ids") is not None:
-        raise ValueError(
-            "`token_type_ids` was passed, but this model has no segment embeddings. Drop it (with a tokenizer, set "
-            "`model_input_names=['input_ids', 'attention_mask']`)."
-        )
-    if input_ids is not None and input_ids.dim() != 2:
-        raise ValueError(f"`input_ids` must have shape (batch_size, seq_len), got {tuple(input_ids.shape)}.")
-    if inputs_embeds is not None and inputs_embeds.dim() != 3:
-        raise ValueError(
-            f"`inputs_embeds` must have shape (batch_size, seq_len, hidden_size), got {tuple(inputs_embeds.shape)}."
-        )
-    name, given = ("input_ids", input_ids) if input_ids is not None else ("inputs_embeds", inputs_embeds)
-    batch_size, seq_len = given.shape[:2]
-    if seq_len == 0:
-        raise ValueError(f"`{name}` has no tokens (shape {tuple(given.shape)}): every sequence needs at least one.")
-    if attention_mask is not None:
-        shape = tuple(attention_mask.shape)
-        if attention_mask.dim() == 2:
-            ok = shape == (batch_size, seq_len)
-        else:
-            ok = (
-                attention_mask.dim() == 4
-                and shape[0] in (1, batch_size)
-                and shape[1] == 1
-                and shape[2:]
-                == (
-                    seq_len,
-                    seq_len,
-                )
-            )
-        if not ok:
-            raise ValueError(
-                f"`attention_mask` has shape {shape}, but the input is (batch_size={batch_size}, seq_len={seq_len}): "
-                f"expected ({batch_size}, {seq_len}) or a 4-D mask ({batch_size}, 1, {seq_len}, {seq_len})."
-            )
-    if position_ids is not None and (
-        position_ids.dim() != 2 or position_ids.shape[0] not in (1, batch_size) or position_ids.shape[1] != seq_len
-    ):
-        raise ValueError(
-            f"`position_ids` has shape {tuple(position_ids.shape)}, "
-            f"expected ({batch_size}, {seq_len}) or (1, {seq_len})."
-        )
-
-
-def _selected_hidden_states(output_hidden_states: bool | int | list[int] | None, num_layers: int) -> set[int] | None:
-    """The indices of the hidden states (0…num_layers) that `output_hidden_states` asks for, as transformers' models
-    take it: a flag (all or none), an index, or a list of indices (negative ones count from the end; out-of-range
-    ones select nothing). None when no hidden state is asked for (False, None or an empty list)."""
-    if isinstance(output_hidden_states, bool) or output_hidden_states is None:
-        return set(range(num_layers + 1)) if output_hidden_states else None
-    selected = [output_hidden_states] if isinstance(output_hidden_states, int) else list(output_hidden_states)
-    if not selected:
-        return None
-    count = num_layers + 1
-    return {index % count for index in selected if -count <= index < count}
-
-
 class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     """The bare encoder: embeddings with the sinusoidal encoding, then the layers. Returns `BaseModelOutput`."""
 
@@ -587,37 +437,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     def _long_input_window(self, seq_len: int) -> int | None:
         """`long_input_attention_window` when it applies: configured, and the input longer than the training length."""
         window = self.config.long_input_attention_window
-        if window is None or seq_len <= self.config.max_position_embeddings:
-            return None
-        if _is_flash(self.config._attn_implementation):
-            raise ValueError(
-                "`long_input_attention_window` is not available with flash attention: load the model with "
-                "attn_implementation='sdpa' or 'eager', or set the window to None."
-            )
-        return window
-
-    def _unpads(
-        self,
-        attention_mask: torch.Tensor | None,
-        window: int | None,
-        score_bias: torch.Tensor | None,
-        output_attentions: bool,
-        output_hidden_states: bool,
-    ) -> bool:
-        """Whether this call runs on the real tokens only (`unpad_inputs`): a 2-D mask that masks something, an
-        attention implementation that takes packed sequences, and nothing that needs the padded layout (a windowed
-        long input, a bias on the scores, returned attentions or hidden states, a compiled graph, whose shapes cannot
-        depend on data)."""
-        if not self.config.unpad_inputs or attention_mask is None or attention_mask.dim() != 2:
-            return False
-        implementation = self.config._attn_implementation
-        if implementation not in ("sdpa", "eager") and not _is_flash(implementation):
-            return False
-        if window is not None or score_bias is not None or output_attentions or output_hidden_states:
-            return False
-        if torch.compiler.is_compiling():
-            return False
-        return not attention_mask.bool().all()
+        return None if window is None or seq_len <= self.config.max_position_embeddings else window
 
     def forward(
         self,
@@ -639,13 +459,13 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         inputs_embeds (`(batch_size, seq_len, hidden_size)`): token embeddings used instead of `input_ids`; they are
             scaled by √d like looked-up ones.
         """
-        _check_inputs(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
+        check_inputs(input_ids, attention_mask, position_ids, inputs_embeds, kwargs)
         kwargs.pop("token_type_ids", None)
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        kept_hidden_states = _selected_hidden_states(output_hidden_states, self.config.num_hidden_layers)
+        kept_hidden_states = selected_hidden_states(output_hidden_states, self.config.num_hidden_layers)
         kwargs.pop("num_items_in_batch", None)
 
         if output_attentions and self.config._attn_implementation != "eager":
@@ -658,24 +478,26 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         positions = select_positions(
             self.config, position_ids, batch_size, seq_len, attention_mask, reference.device, self.training
         )  # ids (B or 1, T), or None: no position encoded
-        in_attention = self._attention_positions(positions)
+        in_attention = attention_positions(self.config, positions)  # a rotation or a bias, or nothing
         window = self._long_input_window(seq_len)
-        if self._unpads(attention_mask, window, in_attention.bias, output_attentions, kept_hidden_states is not None):
-            outputs = self._forward_unpadded(
-                input_ids, attention_mask, positions, in_attention, inputs_embeds, **kwargs
+        check_flash_takes(self.config, in_attention.bias, window)
+        padded_layout = window is not None or in_attention.bias is not None or output_attentions
+        if runs_unpadded(self.config, attention_mask, padded_layout or kept_hidden_states is not None):
+            outputs = forward_unpadded(
+                self, input_ids, attention_mask, positions, in_attention, inputs_embeds, **kwargs
             )
-            return self._returned(outputs, return_dict)
+            return self._returned(outputs, return_dict)  # the real tokens alone, packed into one row
         hidden_states = self.embeddings(
             input_ids=input_ids,
             position_ids=positions.ids,
             inputs_embeds=inputs_embeds,
             num_positions=positions.num_positions,
         )  # (B, T, d)
-        attention_mask = _bidirectional_mask(self.config, attention_mask, hidden_states)
+        attention_mask = bidirectional_mask(self.config, attention_mask, hidden_states)
         if in_attention.bias is not None:
-            attention_mask = _add_score_bias(attention_mask, in_attention.bias, hidden_states.dtype)
+            attention_mask = add_score_bias(attention_mask, in_attention.bias, hidden_states.dtype)
         if window is not None:
-            attention_mask = _restrict_to_window(attention_mask, window, seq_len, hidden_states.device)
+            attention_mask = restrict_to_window(attention_mask, window, seq_len, hidden_states.device)
         if in_attention.rotary is not None:
             kwargs["position_embeddings"] = in_attention.rotary
         outputs = self.encoder(
@@ -686,116 +508,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             **kwargs,
         )
         return self._returned(outputs, return_dict)
-
-    def _attention_positions(self, positions: Positions) -> AttentionPositions:
-        """What the attention layers take from the positions (`positions.attention_positions`); a bias on the scores
-        is refused with flash attention, whose kernels take none."""
-        in_attention = attention_positions(self.config, positions)
-        if in_attention.bias is not None and _is_flash(self.config._attn_implementation):
-            raise ValueError(
-                f"`position_encoding={self.config.position_encoding!r}` adds a bias to the attention scores, which "
-                "flash attention cannot take: load the model with attn_implementation='sdpa' or 'eager'."
-            )
-        return in_attention
-
-    def _forward_unpadded(
-        self,
-        input_ids: torch.LongTensor | None,
-        attention_mask: torch.Tensor,
-        positions: Positions,
-        in_attention: AttentionPositions,
-        inputs_embeds: torch.Tensor | None,
-        **kwargs,
-    ) -> BaseModelOutput:
-        """The model on the real tokens alone: ids (or embeddings) and positions packed together into one row
-        `(1, N)`, the layers run with transformers' variable-length arguments (`cu_seq_lens_q/k`, `max_length_q/k`),
-        and the last hidden state laid out as the input again `(B, T, d)`, zeros at padding."""
-        keep = attention_mask.bool()  # (B, T)
-        batch_size, seq_len = keep.shape
-        indices = keep.flatten().nonzero().squeeze(-1)  # (N,): real tokens in the flattened batch
-
-        def packed(tensor: torch.Tensor | None) -> torch.Tensor | None:
-            # (B, T, ...) -> (1, N, ...)
-            return None if tensor is None else tensor.reshape(batch_size * seq_len, *tensor.shape[2:])[indices][None]
-
-        lengths = keep.sum(dim=-1, dtype=torch.int32)  # (B,)
-        cu_seq_lens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B+1,)
-        max_length = int(lengths.max())
-        hidden_states = self.embeddings(
-            input_ids=packed(input_ids),
-            position_ids=None if positions.ids is None else packed(positions.ids.expand(batch_size, seq_len)),
-            inputs_embeds=packed(inputs_embeds),
-            num_positions=positions.num_positions,
-        )  # (1, N, d)
-        if in_attention.rotary is not None:  # (B or 1, T, r/2) -> (1, N, r/2)
-            kwargs["position_embeddings"] = tuple(
-                packed(part.expand(batch_size, seq_len, -1)) for part in in_attention.rotary
-            )
-        outputs = self.encoder(
-            hidden_states,
-            None,
-            cu_seq_lens_q=cu_seq_lens,
-            cu_seq_lens_k=cu_seq_lens,
-            max_length_q=max_length,
-            max_length_k=max_length,
-            **kwargs,
-        )
-        last = outputs.last_hidden_state[0]  # (N, d)
-        padded = last.new_zeros(batch_size * seq_len, last.shape[-1]).index_copy(0, indices, last)  # (B*T, d)
-        return BaseModelOutput(last_hidden_state=padded.view(batch_size, seq_len, -1))  # (B, T, d)
-
-
-class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
-    """The encoder with a masked-language-modelling head whose vocabulary projection is tied to the token
-    embeddings (`config.tie_word_embeddings`)."""
-
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
-
-    def __init__(self, config: SinusoidalEncoderConfig):
-        super().__init__(config)
-        self.model = SinusoidalEncoderModel(config)
-        self.lm_head = SinusoidalEncoderLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head.decoder = new_embeddings
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> MaskedLMOutput | tuple[torch.Tensor, ...]:
-        r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere. With
-        `config.sparse_prediction`, `logits` then covers only the labelled positions: `(num_labelled, vocab_size)`."""
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
-        outputs = self._encode(
-            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
-        )
-        hidden_states = outputs.last_hidden_state  # (B, T, d)
-        if labels is not None and self.config.sparse_prediction:
-            keep = labels != -100  # (B, T)
-            hidden_states, labels = hidden_states[keep], labels[keep]  # (N, d), (N,)
-        logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
-        loss = None
-        if labels is not None:
-            loss_sum = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
-            )
-            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
-        output = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return self._returned(output, return_dict)
 
 
 def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch: int | torch.Tensor | None):
@@ -853,6 +565,59 @@ def _classification_loss(
 
 def _classifier_dropout(config: SinusoidalEncoderConfig) -> float:
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
+    """The encoder with a masked-language-modelling head whose vocabulary projection is tied to the token
+    embeddings (`config.tie_word_embeddings`)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.model = SinusoidalEncoderModel(config)
+        self.lm_head = SinusoidalEncoderLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple[torch.Tensor, ...]:
+        r"""labels (`(batch_size, seq_len)`): the original ids at masked positions, -100 elsewhere. With
+        `config.sparse_prediction`, `logits` then covers only the labelled positions: `(num_labelled, vocab_size)`."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
+        )
+        hidden_states = outputs.last_hidden_state  # (B, T, d)
+        if labels is not None and self.config.sparse_prediction:
+            keep = labels != -100  # (B, T)
+            hidden_states, labels = hidden_states[keep], labels[keep]  # (N, d), (N,)
+        logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
+        loss = None
+        if labels is not None:
+            loss_sum = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return self._returned(output, return_dict)
 
 
 class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedModel):
@@ -1039,115 +804,6 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
         return self._returned(output, return_dict)
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Fast paths and compatibility. Each gives the same results as the plain code it stands for (the tests hold them
-# to it) and pays on some machine: in-place activations and residual sums, the written-out attention in bf16 CPU
-# training, one attention call per packed sequence on CPUs, torch's varlen kernel on GPUs, and the padding masks of
-# transformers 4.x, which lacks `create_bidirectional_mask`.
-
-
-# In-place kernels of the activations whose `ACT2FN` module calls exactly that kernel out of place (the others, such
-# as the Python-written "gelu_new" and "quick_gelu", always run out of place).
-_INPLACE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": torch.relu_,
-    "gelu": torch.ops.aten.gelu_,
-    "gelu_pytorch_tanh": partial(torch.ops.aten.gelu_, approximate="tanh"),
-    "silu": partial(F.silu, inplace=True),
-    "swish": partial(F.silu, inplace=True),
-    "tanh": torch.tanh_,
-}
-
-
-def _bidirectional_mask(
-    config: SinusoidalEncoderConfig, attention_mask: torch.Tensor | None, like: torch.Tensor
-) -> torch.Tensor | None:
-    """The padding mask in the form the attention implementation takes: None when nothing is masked, `(B, T)` for
-    flash attention, `(B, 1, T, T)` booleans (True = attend) for sdpa, additive floats for eager. transformers'
-    `create_bidirectional_mask` where it exists; the same masks built here on older transformers."""
-    if create_bidirectional_mask is not None:
-        return create_bidirectional_mask(config=config, inputs_embeds=like, attention_mask=attention_mask)
-    if attention_mask is None or attention_mask.dim() == 4:
-        return attention_mask
-    keep = attention_mask.bool()  # (B, T)
-    if keep.all():
-        return None
-    if _is_flash(config._attn_implementation):
-        return keep
-    batch_size, seq_len = keep.shape
-    keep = keep[:, None, None, :].expand(batch_size, 1, seq_len, seq_len)  # (B, 1, T, T): every query, same keys
-    if config._attn_implementation == "eager":
-        return torch.zeros(keep.shape, dtype=like.dtype, device=like.device).masked_fill(
-            ~keep, torch.finfo(like.dtype).min
-        )
-    return keep
-
-
-def _uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
-    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn`, a
-    CUDA GPU that runs flash attention (compute capability 8.0 or newer), fp16 or bf16, a head size the kernel
-    takes, and no attention dropout (the kernel has none). Otherwise the packed path lays the sequences out as a
-    padded batch for sdpa, as before."""
-    return (
-        attn_implementation == "sdpa"
-        and varlen_attn is not None
-        and qkv.dtype in (torch.float16, torch.bfloat16)
-        and head_dim % 8 == 0
-        and head_dim <= 256
-        and dropout == 0.0
-        and _runs_flash_attention(qkv.device)
-    )
-
-
-def _runs_flash_attention(device: torch.device) -> bool:
-    """A CUDA device of compute capability 8.0 (Ampere) or newer: where torch's flash attention kernels run."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
-
-
-def _written_out_is_faster(attn_implementation: str | None, query: torch.Tensor) -> bool:
-    """Whether sdpa hands this call to the written-out attention instead: in bf16 on the CPU, with autograd, for
-    sequences of at most 128 tokens, where the backward of sdpa's CPU kernel costs more than the two matrix products
-    it replaces. The result is the same up to rounding; longer sequences, and inference, keep
-    the kernel, which is faster there and never builds the `T × T` scores."""
-    return (
-        attn_implementation == "sdpa"
-        and query.device.type == "cpu"
-        and query.dtype == torch.bfloat16
-        and query.requires_grad
-        and torch.is_grad_enabled()
-        and query.shape[-2] <= 128
-    )
-
-
-def _attends_per_sequence(device: torch.device) -> bool:
-    """Whether packed sequences get one attention call each (CPUs, where a call costs little) rather than one call
-    on a padded batch (GPUs and other devices, where many small calls cost more than the padding)."""
-    return device.type == "cpu"
-
-
-def _packed_to_padded(
-    packed: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed tokens `(N, ...)` with sequence boundaries `cu_seq_lens` `(B+1,)` laid out as a right-padded batch
-    `(B, max_length, ...)`, and which of its places hold tokens `(B, max_length)`."""
-    starts, lengths = cu_seq_lens[:-1].long(), (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()  # (B,), (B,)
-    offsets = torch.arange(max_length, device=packed.device)  # (L,)
-    keep = offsets < lengths.unsqueeze(-1)  # (B, L)
-    index = (starts.unsqueeze(-1) + offsets).masked_fill(~keep, 0)  # (B, L): row of each place in `packed`
-    padded = packed[index].masked_fill(~keep.view(*keep.shape, *([1] * (packed.dim() - 1))), 0)  # (B, L, ...)
-    return padded, keep
-
-
-def _add_residual(sublayer_output: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """`residual + sublayer_output`, added in place into the sub-layer output (a fresh tensor: the output of a
-    projection or of dropout) when it has the dtype of the sum. Same values, one activation-sized buffer fewer per
-    sub-layer, which matters on CPUs, where large buffers come back from the allocator as freshly mapped memory that
-    page-faults on first touch. Under autocast the projection is bf16 while the residual stream stays float32: the
-    sum is then made out of place, in float32, as without this function."""
-    if sublayer_output.dtype == residual.dtype:
-        return sublayer_output.add_(residual)
-    return residual + sublayer_output
 
 
 __all__ = [
