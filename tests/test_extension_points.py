@@ -1,6 +1,7 @@
 """The changes docs/layout.md says cost two or three files, made here in-process (registered, not edited in) and
 followed to where they act: a new position mode reaches the embeddings through `positions.POSITION_MODES` alone; a
-new way positions enter attention reaches every attention path through `positions.POSITION_ENCODINGS` alone; a new
+new way positions enter attention reaches every attention path, and the model card with its own description, through
+its entry of `positions.POSITION_ENCODINGS` alone; a new
 field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
 `eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class and its entry of
 `tasks.TASKS`) is shown by the heads fine-tuning gained that way: tests/test_finetuning_tasks.py."""
@@ -8,6 +9,7 @@ field of a run configuration becomes a flag, its help, a setting of the run reco
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 
 import pytest
@@ -64,6 +66,33 @@ def test_an_attention_side_encoding_registered_in_positions_reaches_every_attent
             shown = real if attention_mask is not None else torch.ones_like(real)
             torch.testing.assert_close(out[shown], expected[shown])
         assert not torch.allclose(out, plain(ids).last_hidden_state)  # positions entered: not the paper's way
+
+
+def test_a_position_encoding_registered_in_positions_is_described_by_the_model_card(monkeypatch, tmp_path):
+    """One registry entry with its card: the exported model's card describes the new scheme, its formula filled in
+    from the config, its tag in the metadata, nothing of the paper's encoding and no pictures of it."""
+    from sinusoidal_encoder_training.model_card import draw_pictures, render_model_card
+
+    card = positions.PositionCard(
+        summary="distance buckets in attention (an encoding that is not in the package)",
+        formula="h₀ = E[x]·√d\nattention: score(i, j) + b_h(bucket(|i − j|)) in each of {num_attention_heads} heads",
+        note="The buckets are fixed.",
+        length="The buckets are defined at every distance",
+        extrapolation="distances past the training length share the last bucket",
+        tags=("distance-buckets",),
+    )
+    monkeypatch.setitem(
+        positions.POSITION_ENCODINGS, "buckets", positions.PositionEncoding(positions.alibi_bias, card=card)
+    )
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(position_encoding="buckets"))
+    text = render_model_card(
+        model, str(tmp_path), pipeline_tag="fill-mask", training_data="Text.", training_procedure="Steps.", metrics={}
+    )
+    folded = " ".join(text.split())
+    assert f"A Transformer encoder with {card.summary}" in folded and "b_h(bucket(|i − j|)) in each of 4 heads" in text
+    assert "- distance-buckets\n" in text and "sinusoidal-position-encoding" not in text and "PE(pos" not in text
+    if importlib.util.find_spec("matplotlib"):
+        assert "encoding_heatmap.png" not in draw_pictures(str(tmp_path), model.config)
 
 
 def test_a_new_run_setting_is_a_flag_with_help_and_a_setting_of_the_run_record(tmp_path, capsys):

@@ -1,6 +1,6 @@
-"""The model card describes the model its config makes: how positions enter it (the paper's encoding added to the
-embeddings, rotary, ALiBi, or none), with that encoding's formula, tag and pictures, never the paper's encoding for
-another (`model_card.POSITION_CARDS`, one entry per registered way)."""
+"""The model card describes the model its config makes: how positions enter it, in the words, formula, tags and
+pictures that the position registry carries for that scheme (`positions.PositionCard`: every encoding of
+`POSITION_ENCODINGS`, and each mode of `POSITION_MODES` that describes itself, as `"none"`), never another scheme's."""
 
 from __future__ import annotations
 
@@ -8,52 +8,77 @@ import pytest
 from conftest import tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder.positions import POSITION_ENCODINGS
-from sinusoidal_encoder_training.model_card import POSITION_CARDS, render_model_card
+from sinusoidal_encoder.positions import POSITION_ENCODINGS, POSITION_MODES, position_card
+from sinusoidal_encoder_training.model_card import render_model_card
 
-PAPER = "the fixed sinusoidal position encoding of *Attention Is All You Need*"
-
-
-def test_every_way_positions_enter_the_model_has_its_description():
-    assert set(POSITION_CARDS) == set(POSITION_ENCODINGS) | {"none"}
-    assert len({card["tag"] for card in POSITION_CARDS.values()}) == len(POSITION_CARDS)
+# (name, the config fields that choose it, its card) for every registered scheme
+SCHEMES = [(name, {"position_encoding": name}, encoding.card) for name, encoding in POSITION_ENCODINGS.items()]
+SCHEMES += [(name, {"position_mode": name}, mode.card) for name, mode in POSITION_MODES.items() if mode.card]
 
 
-@pytest.mark.parametrize(
-    ("fields", "name", "formula"),
-    [
-        ({}, "sinusoidal", "PE(pos, 2i) = sin(pos / 10000^(2i/d))"),
-        (
-            {"position_encoding": "rotary", "position_encoding_base": 500.0},
-            "rotary",
-            "(2i, 2i+1) by pos / 500^(2i/8), in 8 of a head's 8 dimensions",
-        ),
-        ({"position_encoding": "alibi"}, "alibi", "− m_h·|i − j|"),
-        ({"position_mode": "none"}, "none", "(no position encoding)"),
-    ],
-)
-def test_the_card_describes_the_positions_of_its_config(tmp_path, fields, name, formula):
-    model = se.SinusoidalEncoderForMaskedLM(tiny_config(**fields))
+def render(tmp_path, config) -> str:
+    """The card of a masked-LM model of `config`, its whitespace folded (the template wraps lines)."""
     text = render_model_card(
-        model,
+        se.SinusoidalEncoderForMaskedLM(config),
         str(tmp_path),
         pipeline_tag="fill-mask",
         training_data="Some text.",
         training_procedure="A few steps.",
         metrics={"loss": 1.0},
     )
-    card = POSITION_CARDS[name]
-    assert f"A Transformer encoder with {card['summary']}" in " ".join(text.split())
-    assert formula in text and f"- {card['tag']}" in text and card["extrapolation"] in " ".join(text.split())
-    others = [other["tag"] for key, other in POSITION_CARDS.items() if key != name]
-    assert not any(f"- {tag}\n" in text for tag in others)
-    assert (PAPER in " ".join(text.split())) == (name == "sinusoidal")
+    return " ".join(text.split())
 
 
-@pytest.mark.parametrize(("fields", "drawn"), [({}, True), ({"position_encoding": "rotary"}, False)])
-def test_pictures_of_the_encoding_only_for_a_model_that_adds_it(tmp_path, fields, drawn):
+def test_every_scheme_has_its_own_tags():
+    assert {"sinusoidal", "rotary", "alibi", "none"} <= {name for name, _, _ in SCHEMES}
+    tags = [tag for _, _, card in SCHEMES for tag in card.tags]
+    assert all(card.tags for _, _, card in SCHEMES) and len(set(tags)) == len(tags)
+
+
+@pytest.mark.parametrize(("name", "fields", "card"), SCHEMES, ids=[name for name, _, _ in SCHEMES])
+def test_the_card_of_every_registered_scheme_describes_that_scheme(tmp_path, name, fields, card):
+    config = tiny_config(**fields)
+    described = position_card(config)
+    assert described.summary == card.summary and "{" not in described.formula  # its own card, filled in
+    text = render(tmp_path, config)
+    assert f"A Transformer encoder with {card.summary}" in text
+    assert " ".join(described.formula.split()) in text
+    for part in (card.note, card.length, card.extrapolation):
+        assert " ".join(part.split()) in text
+    assert all(f"- {tag} " in text for tag in card.tags)  # in the metadata's list of tags
+    for other, _, other_card in SCHEMES:
+        if other != name:
+            assert other_card.summary not in text, other
+            assert not any(f"- {tag} " in text for tag in other_card.tags), other
+
+
+@pytest.mark.parametrize(
+    ("fields", "formula"),
+    [
+        ({}, "PE(pos, 2i) = sin(pos / 10000^(2i/d))"),
+        (
+            {"position_encoding": "rotary", "position_encoding_base": 500.0, "partial_rotary_factor": 0.5},
+            "(2i, 2i+1) by pos / 500^(2i/4), in 4 of a head's 8 dimensions",
+        ),
+    ],
+)
+def test_the_formula_carries_the_configs_values(tmp_path, fields, formula):
+    assert formula in render(tmp_path, tiny_config(**fields))
+
+
+@pytest.mark.parametrize("mode", ["consecutive", "ordered_subset"])
+@pytest.mark.parametrize("encoding", list(POSITION_ENCODINGS))
+def test_a_mode_without_its_own_card_is_described_by_its_encoding(mode, encoding):
+    assert POSITION_MODES[mode].card is None
+    config = tiny_config(position_mode=mode, position_encoding=encoding)
+    assert position_card(config).summary == POSITION_ENCODINGS[encoding].card.summary
+
+
+@pytest.mark.parametrize(("name", "fields", "card"), SCHEMES, ids=[name for name, _, _ in SCHEMES])
+def test_pictures_of_the_encoding_where_its_card_says_they_apply(tmp_path, name, fields, card):
     pytest.importorskip("matplotlib")
     from sinusoidal_encoder_training.model_card import draw_pictures
 
     written = draw_pictures(str(tmp_path), tiny_config(**fields))
-    assert ("encoding_heatmap.png" in written) == drawn == (tmp_path / "encoding_heatmap.png").exists()
+    assert ("encoding_heatmap.png" in written) == card.pictures == (tmp_path / "encoding_heatmap.png").exists()
+    assert card.pictures == (name == "sinusoidal")  # the encoding PE is added to the embeddings by that scheme alone

@@ -6,8 +6,10 @@ mode, registered with the config fields it reads (its parameters), which `check_
 Then the positions enter the model the way `position_encoding` says (`POSITION_ENCODINGS`): the paper's sinusoidal
 encoding added to the token embeddings (`sinusoidal_position_encoding`), or, inside every attention layer, a rotation
 of queries and keys (`"rotary"`) or a bias on the attention scores (`"alibi"`): `attention_positions` computes what
-the layers take, once per forward pass, and the attention applies it in one place. Adding a mode or an encoding
-means: its function and its entry here, its values in the config's docstring, and tests.
+the layers take, once per forward pass, and the attention applies it in one place. Each encoding, and the mode
+without positions (`"none"`), carries how a model card describes it (`PositionCard`, read by `position_card`).
+Adding a mode or an encoding means: its function and its entry here, its values in the config's docstring, and
+tests.
 
 This file is copied as-is into Hub repositories with the model: it imports only torch.
 """
@@ -15,7 +17,7 @@ This file is copied as-is into Hub repositories with the model: it imports only 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -264,21 +266,45 @@ def no_attention_positions(config: Any, position_ids: torch.Tensor) -> Attention
 
 
 @dataclass(frozen=True)
+class PositionCard:
+    """How a model card describes a way positions enter the model. `summary` follows "A Transformer encoder with";
+    `formula` is the model's first formula, in which `{base}` (`position_encoding_base`), `{head}` (the head size),
+    `{rotary}` (`rotary_dim`) and `{field}` for any config field are filled in (`str.format`: other braces
+    doubled); `note` says what has parameters;
+    `length` why the model runs past its training length (followed by ", so the model runs on inputs longer than
+    ..."), `extrapolation` what the literature says of that (after "and"); `tags` are the card's Hub tags, its own;
+    `pictures` whether the card shows the pictures of the encoding PE (heatmap, similarity of positions)."""
+
+    summary: str
+    formula: str
+    note: str
+    length: str
+    extrapolation: str
+    tags: tuple[str, ...]
+    pictures: bool = False
+
+
+@dataclass(frozen=True)
 class PositionMode:
-    """A position mode: its function and the config fields it reads."""
+    """A position mode: its function and the config fields it reads. `card`: how a model card describes a model of
+    this mode when the mode decides it alone (`"none"`: no position to encode); None leaves it to the card of the
+    `position_encoding`."""
 
     select: Callable[[PositionRequest], Positions]
     parameters: tuple[str, ...] = ()
+    card: PositionCard | None = None
 
 
 @dataclass(frozen=True)
 class PositionEncoding:
     """A way positions enter the model: added to the token embeddings (`embeddings`), or what every attention layer
-    takes (`attention`, returning `AttentionPositions`), and the config fields it reads."""
+    takes (`attention`, returning `AttentionPositions`), the config fields it reads, and how a model card describes
+    it (`card`)."""
 
     attention: Callable[[Any, torch.Tensor], AttentionPositions]
     embeddings: bool = False
     parameters: tuple[str, ...] = ()
+    card: PositionCard = field(kw_only=True)
 
 
 _DRAWN = ("position_range", "position_seed", "position_inference")
@@ -288,13 +314,66 @@ POSITION_MODES: dict[str, PositionMode] = {
     "random_offset": PositionMode(random_offset_positions, ("max_position_offset",)),
     "ordered_subset": PositionMode(ordered_subset_positions, _DRAWN),
     "stratified": PositionMode(stratified_positions, _DRAWN),
-    "none": PositionMode(no_positions),
+    "none": PositionMode(
+        no_positions,
+        card=PositionCard(
+            summary='no position information (`position_mode="none"`, an ablation)',
+            formula="h₀ = E[x]·√d        (no position encoding)",
+            note="Without positions the model cannot tell one order of the same tokens from another.",
+            length="Nothing in the model depends on the position",
+            extrapolation="a model without positions cannot use word order at any length",
+            tags=("no-position-encoding",),
+        ),
+    ),
 }
 
 POSITION_ENCODINGS: dict[str, PositionEncoding] = {
-    "sinusoidal": PositionEncoding(no_attention_positions, embeddings=True, parameters=("position_encoding_base",)),
-    "rotary": PositionEncoding(rotary_cos_sin, parameters=("position_encoding_base", "partial_rotary_factor")),
-    "alibi": PositionEncoding(alibi_bias),
+    "sinusoidal": PositionEncoding(
+        no_attention_positions,
+        embeddings=True,
+        parameters=("position_encoding_base",),
+        card=PositionCard(
+            summary="the fixed sinusoidal position encoding of *Attention Is All You Need* (Vaswani et al., 2017) "
+            "added to its token embeddings",
+            formula="h₀ = E[x]·√d + PE        PE(pos, 2i) = sin(pos / {base}^(2i/d)),   "
+            "PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            note="The encoding has no parameters: it is computed from the positions, exactly, in every forward pass.",
+            length="The encoding is defined at every position",
+            extrapolation="the literature (Press et al., 2022, *Train Short, Test Long*) finds that sinusoidal "
+            "encodings extrapolate poorly",
+            tags=("sinusoidal-position-encoding",),
+            pictures=True,
+        ),
+    ),
+    "rotary": PositionEncoding(
+        rotary_cos_sin,
+        parameters=("position_encoding_base", "partial_rotary_factor"),
+        card=PositionCard(
+            summary="rotary position embeddings (Su et al., 2021, *RoFormer*) at the frequencies of the sinusoidal "
+            "encoding of *Attention Is All You Need*, in place of an encoding added to its embeddings",
+            formula="h₀ = E[x]·√d\nattention: the query and key at position pos rotated pair by pair, (2i, 2i+1) by "
+            "pos / {base}^(2i/{rotary}), in {rotary} of a head's {head} dimensions",
+            note="The rotation has no parameters: it is computed from the positions in every forward pass, and makes "
+            "each attention score depend on the distance between query and key.",
+            length="The rotation is defined at every position",
+            extrapolation="rotary models are reported to degrade past their training length unless their angles are "
+            "rescaled (Chen et al., 2023, *Position Interpolation*)",
+            tags=("rotary-position-embedding",),
+        ),
+    ),
+    "alibi": PositionEncoding(
+        alibi_bias,
+        card=PositionCard(
+            summary="ALiBi attention biases (Press et al., 2022, *Train Short, Test Long*) in place of a position "
+            "encoding added to its embeddings",
+            formula="h₀ = E[x]·√d\nattention: score(i, j) = q_i·k_j / √d_k − m_h·|i − j|, one slope m_h a head (the "
+            "paper's geometric sequence), symmetric",
+            note="The biases have no parameters: they are computed from the positions in every forward pass.",
+            length="The bias is defined at every distance",
+            extrapolation="ALiBi was designed to extrapolate past the training length (Press et al., 2022)",
+            tags=("alibi",),
+        ),
+    ),
 }
 
 # The position fields of the config and their defaults (the config's signature reads them here). A parameter at its
@@ -399,3 +478,12 @@ def attention_positions(config: Any, positions: Positions) -> AttentionPositions
 def adds_to_embeddings(config: Any) -> bool:
     """Whether positions are added to the token embeddings (the paper's encoding), rather than entering attention."""
     return config.position_mode != "none" and POSITION_ENCODINGS[config.position_encoding].embeddings
+
+
+def position_card(config: Any) -> PositionCard:
+    """How a model card describes the positions of `config`: the card of its `position_mode` when the mode has one
+    (`"none"`), else that of its `position_encoding`, the formula filled in with the config's values."""
+    card = POSITION_MODES[config.position_mode].card or POSITION_ENCODINGS[config.position_encoding].card
+    values = dict(vars(config), base=f"{config.position_encoding_base:g}", rotary=rotary_dim(config))
+    values["head"] = config.hidden_size // config.num_attention_heads
+    return replace(card, formula=card.formula.format_map(values))

@@ -104,7 +104,7 @@ def render_model_card(
     `data_note` says what the training data covers, in the limits (by default: the data named under Training
     data)."""
     config = model.config
-    position = position_description(config)
+    position = describe_positions(config)
     task = TASKS[pipeline_tag]
     auto_class, task_summary, task_name = task.auto_class, task.card_summary, task.card_title
     local = model_id is None  # the code loads the folder by its name: say so
@@ -131,7 +131,7 @@ def render_model_card(
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=["sinusoidal-encoder", position["tag"], "encoder", *extra_tags],
+        tags=["sinusoidal-encoder", *position.tags, "encoder", *extra_tags],
         datasets=[dataset_id] if dataset_id else None,
         base_model=base_model,
         model_name=model_id,
@@ -150,11 +150,11 @@ def render_model_card(
         "model_name": model_id,
         "task_summary": task_summary,
         "auto_class": auto_class,
-        "position_summary": position["summary"],
-        "position_formula": position["formula"],
-        "position_note": position["note"],
-        "position_length_note": position["length"],
-        "position_extrapolation": position["extrapolation"],
+        "position_summary": position.summary,
+        "position_formula": position.formula,
+        "position_note": position.note,
+        "position_length_note": position.length,
+        "position_extrapolation": position.extrapolation,
         "num_layers": config.num_hidden_layers,
         "norm_style": "pre-LN, with a final LayerNorm" if config.norm_first else "post-LN, as in the paper",
         "num_parameters": f"{num_parameters / 1e6:.1f}M",
@@ -188,75 +188,21 @@ def render_model_card(
     return str(card)
 
 
-# How the card describes each way positions enter the model (`positions.POSITION_ENCODINGS`, and position_mode
-# "none"): what the model is, its first formula ({base}, {rotary}, {head} are the config's), what has parameters,
-# why it runs past the training length and what the literature says of that, the card's tag. A registered encoding
-# without an entry here is refused when its card is written (tests/test_model_card_snippets.py checks the registry).
-POSITION_CARDS: dict[str, dict[str, str]] = {
-    "sinusoidal": {
-        "summary": "the fixed sinusoidal position encoding of *Attention Is All You Need* (Vaswani et al., 2017) "
-        "added to its token embeddings",
-        "formula": "h₀ = E[x]·√d + PE        PE(pos, 2i) = sin(pos / {base}^(2i/d)),   "
-        "PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
-        "note": "The encoding has no parameters: it is computed from the positions, exactly, in every forward pass.",
-        "length": "The encoding is defined at every position",
-        "extrapolation": "the literature (Press et al., 2022, *Train Short, Test Long*) finds that sinusoidal "
-        "encodings extrapolate poorly",
-        "tag": "sinusoidal-position-encoding",
-    },
-    "rotary": {
-        "summary": "rotary position embeddings (Su et al., 2021, *RoFormer*) at the frequencies of the sinusoidal "
-        "encoding of *Attention Is All You Need*, in place of an encoding added to its embeddings",
-        "formula": "h₀ = E[x]·√d\nattention: the query and key at position pos rotated pair by pair, (2i, 2i+1) by "
-        "pos / {base}^(2i/{rotary}), in {rotary} of a head's {head} dimensions",
-        "note": "The rotation has no parameters: it is computed from the positions in every forward pass, and makes "
-        "each attention score depend on the distance between query and key.",
-        "length": "The rotation is defined at every position",
-        "extrapolation": "rotary models are reported to degrade past their training length unless their angles are "
-        "rescaled (Chen et al., 2023, *Position Interpolation*)",
-        "tag": "rotary-position-embedding",
-    },
-    "alibi": {
-        "summary": "ALiBi attention biases (Press et al., 2022, *Train Short, Test Long*) in place of a position "
-        "encoding added to its embeddings",
-        "formula": "h₀ = E[x]·√d\nattention: score(i, j) = q_i·k_j / √d_k − m_h·|i − j|, one slope m_h a head (the "
-        "paper's geometric sequence), symmetric",
-        "note": "The biases have no parameters: they are computed from the positions in every forward pass.",
-        "length": "The bias is defined at every distance",
-        "extrapolation": "ALiBi was designed to extrapolate past the training length (Press et al., 2022)",
-        "tag": "alibi",
-    },
-    "none": {
-        "summary": 'no position information (`position_mode="none"`, an ablation)',
-        "formula": "h₀ = E[x]·√d        (no position encoding)",
-        "note": "Without positions the model cannot tell one order of the same tokens from another.",
-        "length": "Nothing in the model depends on the position",
-        "extrapolation": "a model without positions cannot use word order at any length",
-        "tag": "no-position-encoding",
-    },
-}
+def describe_positions(config):
+    """How the card describes the positions of `config`: the `PositionCard` of its scheme in the model's position
+    registry (`sinusoidal_encoder.positions.position_card`), the formula filled in with the config's values. Imported
+    when a card is written: publishing reads this module without loading the model."""
+    from sinusoidal_encoder.positions import position_card
 
-
-def position_description(config) -> dict[str, str]:
-    """How the card describes the positions of `config` (`POSITION_CARDS`: position_mode "none", else its
-    `position_encoding`), the formula filled with the config's base and dimensions."""
-    from sinusoidal_encoder.positions import rotary_dim
-
-    name = "none" if getattr(config, "position_mode", "consecutive") == "none" else config.position_encoding
-    if name not in POSITION_CARDS:
-        raise ValueError(f"position_encoding={name!r} has no description for the model card (POSITION_CARDS).")
-    head = config.hidden_size // config.num_attention_heads
-    rotary = rotary_dim(config) if name == "rotary" else head
-    card = dict(POSITION_CARDS[name])
-    card["formula"] = card["formula"].format(base=f"{config.position_encoding_base:g}", rotary=rotary, head=head)
-    return card
+    return position_card(config)
 
 
 def draw_pictures(output_dir: str, config) -> dict[str, str]:
     """The PNGs of `sinusoidal_encoder_training.plots` for an exported folder, or none (with a note) without
-    matplotlib."""
+    matplotlib. The pictures of the encoding PE are drawn where the card of the model's positions says they apply
+    (`PositionCard.pictures`)."""
     try:
-        from sinusoidal_encoder_training.plots import adds_encoding, write_plots
+        from sinusoidal_encoder_training.plots import write_plots
         from sinusoidal_encoder_training.tasks import loss_unit
 
         return write_plots(
@@ -264,7 +210,7 @@ def draw_pictures(output_dir: str, config) -> dict[str, str]:
             config.hidden_size,
             config.position_encoding_base,
             loss_unit(config.to_dict()),
-            encoding=adds_encoding(config.to_dict()),  # the pictures of PE: where the model adds it to its embeddings
+            encoding=describe_positions(config).pictures,
         )
     except UsageError as error:  # matplotlib missing: `require_extra` names the extra
         print(f"no pictures in {output_dir}: {error}")
