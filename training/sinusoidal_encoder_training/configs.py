@@ -26,7 +26,7 @@ from .command_line import UsageError, require_extra
 from .hub import check_hub_model_id
 from .resources import SHIPPED_TOKENIZER
 from .run_folder import existing_parent
-from .tasks import EXPORTED, FINETUNED
+from .tasks import EXPORTED, FINETUNED, TASKS, reading
 
 LR_SCHEDULERS = Literal[
     "linear",
@@ -586,7 +586,7 @@ class TaskDataConfig(FlagConfig):
     _argument_group_name = "task data"
 
     text_pair_column_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Second text of a pair (sequence classification)."}
+        default=None, metadata={"help": "Second text of a pair (sequence classification).", "task_flag": True}
     )
     label_column_name: str | None = dataclasses.field(
         default=None,
@@ -598,7 +598,8 @@ class TaskDataConfig(FlagConfig):
         default=None,
         metadata={
             "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
-            "unless set."
+            "unless set.",
+            "task_flag": True,
         },
     )
     max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
@@ -606,7 +607,8 @@ class TaskDataConfig(FlagConfig):
         default=32,
         metadata={
             "help": "question-answering: a context longer than --max_length is cut into windows that overlap by this "
-            "many tokens."
+            "many tokens.",
+            "task_flag": True,
         },
     )
     pad_to_multiple_of: int | None = dataclasses.field(
@@ -627,10 +629,13 @@ class TaskDataConfig(FlagConfig):
         check_positive(self, "pad_to_multiple_of")
 
     def check_task_flags(self, task: str) -> None:
-        """A `UsageError` for a flag that the task `task` does not read, or a value it cannot use."""
-        if task != "text-classification" and self.text_pair_column_name:
-            raise UsageError("--text_pair_column_name is for text-classification.")
-        if task == "question-answering" and not 0 <= self.doc_stride < self.max_length // 2:
+        """A `UsageError` for a flag set that the task `task` does not read (a field marked `"task_flag"`, read by
+        the tasks whose `tasks.Task.flags` name it), or a value it cannot use."""
+        for field in dataclasses.fields(TaskDataConfig):
+            value = getattr(self, field.name)
+            if field.metadata.get("task_flag") and value != field.default and field.name not in TASKS[task].flags:
+                raise UsageError(f"--{field.name} is for {' and '.join(reading(field.name))}, not {task}.")
+        if "doc_stride" in TASKS[task].flags and not 0 <= self.doc_stride < self.max_length // 2:
             raise UsageError(
                 f"--doc_stride must be at least 0 and less than half of --max_length ({self.max_length}), got "
                 f"{self.doc_stride}."

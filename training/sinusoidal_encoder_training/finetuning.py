@@ -54,7 +54,7 @@ from sinusoidal_encoder_training.loop import (
 from sinusoidal_encoder_training.metrics_log import write_json
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
-from sinusoidal_encoder_training.tasks import FINETUNED, TASKS, task_of_architecture
+from sinusoidal_encoder_training.tasks import FINETUNED, TASKS, auto_class_of, task_of_architecture
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
@@ -263,7 +263,7 @@ def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan)
     """The task's model of --model_name_or_path: the folder's weights, or, when `plan` says a new head starts
     (`fresh`), the folder's encoder alone under a head transformers initialises as it does for a folder without
     one."""
-    auto_class = getattr(transformers, TASKS[config.task].auto_class)
+    auto_class = auto_class_of(config.task)
     source = config.model_name_or_path
     with loading("--model_name_or_path", source):
         if not plan.fresh:
@@ -408,7 +408,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         accelerator,
         config,
         result.model,
-        getattr(transformers, TASKS[config.task].auto_class),
+        auto_class_of(config.task),
         result.tokenizer,
         pipeline_tag=pipeline_tag,
         example=result.prepared.example,

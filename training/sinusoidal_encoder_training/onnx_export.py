@@ -13,7 +13,6 @@ import os
 from collections.abc import Iterator, Sequence
 
 import torch
-import transformers
 from transformers import AutoConfig
 from transformers.utils import logging as transformers_logging
 
@@ -22,7 +21,7 @@ from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.atomic import clean_leftovers, staged
 from sinusoidal_encoder_training.command_line import UsageError, check_local_files, front, loading, require_extra
 from sinusoidal_encoder_training.configs import OnnxExportConfig
-from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, task_of_architecture
+from sinusoidal_encoder_training.tasks import EXPORTED, TASKS, auto_class_of, task_of_architecture
 
 
 def folder_architecture(source: str, name: str = "MODEL") -> str | None:
@@ -235,7 +234,7 @@ def run(config: OnnxExportConfig) -> None:
     task, own = resolve_task(config)
     check_local_files("MODEL", config.model)  # the weights are the config's, before any is read
     entry = TASKS[task]
-    auto_class = getattr(transformers, entry.auto_class)
+    auto_class = auto_class_of(task)
     with loading("MODEL", config.model):
         model = load_trained(auto_class, config.model, _export_instead(own, task))  # before anything is written
     print(f"exporting {type(model).__name__} ({task}) from {config.model}")

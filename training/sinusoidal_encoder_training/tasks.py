@@ -17,7 +17,9 @@ class Task:
     class that carries it (`SinusoidalEncoderForMaskedLM` ends in "ForMaskedLM"; the bare encoder in "Model");
     `loss_units` what one unit of its loss is, by problem type ("" when it has one); `outputs` the outputs of its
     ONNX graph, empty when the export does not take it; `input_axes` the axes of its inputs (`input_ids` and
-    `attention_mask`), each dynamic in the ONNX graph."""
+    `attention_mask`), each dynamic in the ONNX graph; `flags` the task-data flags of fine-tuning that only some
+    tasks read (`configs.TaskDataConfig`, those marked `"task_flag"`) which this one reads: another task refuses
+    them."""
 
     name: str
     auto_class: str
@@ -29,6 +31,7 @@ class Task:
     outputs: tuple[str, ...] = ()
     input_axes: tuple[str, ...] = ("batch", "sequence")
     recipe: str | None = None  # the module of this package that fine-tunes it (`finetune --task NAME`), if any
+    flags: tuple[str, ...] = ()
 
 
 TASKS: dict[str, Task] = {
@@ -68,6 +71,7 @@ TASKS: dict[str, Task] = {
             },
             ("logits",),
             recipe="classification",
+            flags=("text_pair_column_name", "problem_type"),
         ),
         Task(
             "token-classification",
@@ -90,6 +94,7 @@ TASKS: dict[str, Task] = {
             {"": "nats per answer (the mean of its start and end)"},
             ("start_logits", "end_logits"),
             recipe="question_answering",
+            flags=("doc_stride",),
         ),
         Task(
             "multiple-choice",
@@ -108,6 +113,18 @@ TASKS: dict[str, Task] = {
 
 EXPORTED = tuple(name for name, task in TASKS.items() if task.outputs)  # what the ONNX export takes
 FINETUNED = tuple(name for name, task in TASKS.items() if task.recipe)  # what fine-tuning trains
+
+
+def auto_class_of(task: str) -> type:
+    """The Auto class of transformers that loads a folder of `task` (imports transformers)."""
+    import transformers
+
+    return getattr(transformers, TASKS[task].auto_class)
+
+
+def reading(flag: str) -> list[str]:
+    """The tasks that read the task-data flag `flag` (a field name), in the table's order."""
+    return [name for name, task in TASKS.items() if flag in task.flags]
 
 
 def task_of_architecture(architecture: str | None) -> str | None:
