@@ -2,6 +2,7 @@
 from a local wheel folder (no registry), run the single-GPU tests, then the GPU benchmark, and write the results.
 
     bash scripts/test_gpu.sh RESULTS_DIR [--wheels DIR] [--no_benchmark] [--benchmark_budget SECONDS]
+        [--loop_budget SECONDS]
     bash scripts/test_gpu.sh --fill_wheels DIR        # beforehand, with a registry: the folder to carry along
 
 Setup: the distributions the tests and the benchmark import (`REQUIRED`, and what they require in turn) are looked
@@ -306,50 +307,58 @@ def summary_markdown(summary: dict) -> str:
     lines.append(NO_BENCHMARK if summary["benchmark"] is None else summary["benchmark"])
     for cell in summary.get("loop_against_step", []):
         lines += ["", f"## The loop against the step: {cell['name']} ({cell['seconds']:.0f} s)", ""]
-        lines.append(cell["report"] or f"Not measured (exit status {cell['status']}; {cell['log']}).")
+        if cell["status"] is None:
+            lines.append(f"Not run: the loop cells' {cell['budget']:.0f} s (--loop_budget) were spent.")
+        else:
+            lines.append(cell["report"] or f"Not measured (exit status {cell['status']}; {cell['log']}).")
     return "\n".join(lines) + "\n"
 
 
-# the loop-against-step cells (benchmarks/loop_against_step.py): task, size, steps, time limit in seconds, and the
-# torch.compile mode (None: eager). Compiled: the small model in reduce-overhead (CUDA graphs) where its shapes are
-# static (pretraining's whole blocks), else in the default mode (fine-tuning pads each batch to its longest row: CUDA
-# graphs would be recorded anew for every length). A compiled cell compiles the bare step and the loop from nothing,
-# hence its longer limit. The cells take 2,000 s at most (each stopped at its limit), usually a fraction of it.
+# the loop-against-step cells (benchmarks/loop_against_step.py), in the order they run: task, size, steps, time
+# limit in seconds, and the torch.compile mode (None: eager). The small model first (whose loop fed the GPU at a fifth
+# of its step's speed), eager then compiled, then base. Compiled: the small model in reduce-overhead (CUDA graphs)
+# where its shapes are static (pretraining's whole blocks), else in the default mode (fine-tuning pads each batch to
+# its longest row: CUDA graphs would be recorded anew for every length). A compiled cell compiles the bare step and
+# the loop from nothing, hence its longer limit. The cells share --loop_budget: each runs under what is left of it
+# (at most its own limit), and those that find less than LEAST_CELL_SECONDS left are reported as not run.
 LOOP_CELLS = (
     ("pretraining", "small", 300, 200, None),
-    ("pretraining", "base", 60, 200, None),
     ("finetuning", "small", 300, 200, None),
-    ("finetuning", "base", 60, 200, None),
     ("pretraining", "small", 300, 300, "reduce-overhead"),
-    ("pretraining", "base", 60, 300, "default"),
     ("finetuning", "small", 300, 300, "default"),
+    ("pretraining", "base", 60, 200, None),
+    ("finetuning", "base", 60, 200, None),
+    ("pretraining", "base", 60, 300, "default"),
     ("finetuning", "base", 60, 300, "default"),
 )
+LOOP_BUDGET = 240  # seconds of loop cells by default: with the tests and the benchmark, the command stays near 9 min
+LEAST_CELL_SECONDS = 30
 
 
-def loop_cells(results: Path, environment: dict) -> list[dict]:
+def loop_cells(results: Path, environment: dict, budget: float = LOOP_BUDGET) -> list[dict]:
     """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS`, eager and
-    compiled (bf16), each under its time limit, into RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its
-    report, or why there is none."""
-    cells = []
+    compiled (bf16), in its order within `budget` seconds (each under what is left, at most its own limit), into
+    RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its report, or why there is none."""
+    cells, spent = [], 0.0
     for task, size, steps, limit, mode in LOOP_CELLS:
         folder = results / f"loop-{task}-{size}-{mode or 'eager'}"
+        how = "eager" if mode is None else f"compiled ({mode})"
+        cell = {"name": f"{task}, {size}, {how}, {steps} steps", "log": str(folder / "loop-against-step.log")}
+        if budget - spent < LEAST_CELL_SECONDS:
+            cells.append({**cell, "status": None, "seconds": 0.0, "report": None, "budget": budget})
+            continue
         command = [sys.executable, "-m", "benchmarks.loop_against_step", "--task", task, "--size", size]
         command += ["--steps", str(steps), "--output_dir", str(folder)]
         if mode is not None:
             command += ["--torch_compile", "--torch_compile_mode", mode]
         folder.mkdir(parents=True, exist_ok=True)
-        status, seconds = run_step(command, folder / "loop-against-step.log", limit, environment)
+        status, seconds = run_step(
+            command, folder / "loop-against-step.log", int(min(limit, budget - spent)), environment
+        )
+        spent += seconds
         report = folder / "loop-against-step.md"
-        how = "eager" if mode is None else f"compiled ({mode})"
         cells.append(
-            {
-                "name": f"{task}, {size}, {how}, {steps} steps",
-                "status": status,
-                "seconds": seconds,
-                "report": report.read_text() if report.exists() else None,
-                "log": str(folder / "loop-against-step.log"),
-            }
+            {**cell, "status": status, "seconds": seconds, "report": report.read_text() if report.exists() else None}
         )
     return cells
 
@@ -384,6 +393,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no_benchmark", action="store_true", help="Only the tests.")
     parser.add_argument("--benchmark_budget", type=int, default=BENCHMARK_BUDGET, help="Seconds of benchmark cells.")
     parser.add_argument(
+        "--loop_budget",
+        type=int,
+        default=LOOP_BUDGET,
+        help="Seconds of loop-against-step cells, run in the order of LOOP_CELLS (0: none).",
+    )
+    parser.add_argument(
         "--fill_wheels",
         type=Path,
         default=None,
@@ -403,6 +418,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.benchmark_budget < 1:
         parser.error(f"--benchmark_budget must be at least 1 second, got {args.benchmark_budget}.")
+    if args.loop_budget < 0:
+        parser.error(f"--loop_budget must be 0 (no loop cells) or more seconds, got {args.loop_budget}.")
     return args
 
 
@@ -449,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)
         report = results / "gpu-benchmark.md"
         benchmark = report.read_text() if report.exists() else None
-        loops = loop_cells(results, environment)
+        loops = loop_cells(results, environment, args.loop_budget)
     outcomes = test_outcomes(junit)
     summary = {
         "command": "bash scripts/test_gpu.sh " + " ".join(argv if argv is not None else sys.argv[1:]),

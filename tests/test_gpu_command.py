@@ -127,6 +127,7 @@ def test_the_gpu_command_picks_a_python_with_torch_and_says_when_none_has_a_gpu(
         ([], "give the folder for the results"),
         (["{file}"], "is a file; give a folder for the results"),
         (["out", "--benchmark_budget", "0"], "--benchmark_budget must be at least 1 second"),
+        (["out", "--loop_budget", "-1"], "--loop_budget must be 0 (no loop cells) or more seconds"),
         (["out", "--wheels", "{missing}"], "no such folder"),
     ],
 )
@@ -224,7 +225,7 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
         return 0, 12.0
 
     monkeypatch.setattr(gpu_check, "run_step", run_step)
-    cells = gpu_check.loop_cells(tmp_path, {})
+    cells = gpu_check.loop_cells(tmp_path, {}, budget=10_000)
     modes = {}
     for command, timeout in runs:
         assert command[1:3] == ["-m", "benchmarks.loop_against_step"] and timeout > 0
@@ -242,6 +243,24 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
     assert text.count("## The loop against the step: ") == len(runs)
     assert "## The loop against the step: pretraining, small, compiled (reduce-overhead), 300 steps (12 s)" in text
     assert "## The loop against the step: finetuning, base, eager, 60 steps (12 s)\n\nThe report of" in text
+
+
+def test_the_loop_cells_share_their_budget_small_model_first(tmp_path, monkeypatch):
+    """Each cell runs under what is left of --loop_budget (at most its own limit), the small model's first; those
+    that find too little left are not run and the summary says why."""
+    limits = []
+
+    def run_step(command, log, timeout, environment):
+        limits.append((command[command.index("--size") + 1], timeout))
+        return 0, 110.0
+
+    monkeypatch.setattr(gpu_check, "run_step", run_step)
+    cells = gpu_check.loop_cells(tmp_path, {}, budget=240)
+    assert limits == [("small", 200), ("small", 130)]  # 240 s, then what the first left; then 20 s: too little
+    assert [cell["status"] for cell in cells] == [0, 0] + [None] * (len(gpu_check.LOOP_CELLS) - 2)
+    text = gpu_check.summary_markdown({**SUMMARY, "loop_against_step": cells})
+    assert text.count("Not run: the loop cells' 240 s (--loop_budget) were spent.") == len(gpu_check.LOOP_CELLS) - 2
+    assert gpu_check.loop_cells(tmp_path, {}, budget=0) and len(limits) == 2  # none run
 
 
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
