@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,14 +332,20 @@ LOOP_CELLS = (
     ("pretraining", "base", 60, 300, "default"),
     ("finetuning", "base", 60, 300, "default"),
 )
-LOOP_BUDGET = 240  # seconds of loop cells by default: with the tests and the benchmark, the command stays near 9 min
+LOOP_BUDGET = 180  # seconds of loop cells by default: with the tests (about 165 s) and the benchmark, about 9 minutes
 LEAST_CELL_SECONDS = 30
 
 
-def loop_cells(results: Path, environment: dict, budget: float = LOOP_BUDGET) -> list[dict]:
+def loop_cells(
+    results: Path,
+    environment: dict,
+    budget: float = LOOP_BUDGET,
+    after_each: Callable[[list[dict]], None] = lambda cells: None,
+) -> list[dict]:
     """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS`, eager and
     compiled (bf16), in its order within `budget` seconds (each under what is left, at most its own limit), into
-    RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its report, or why there is none."""
+    RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its report, or why there is none. `after_each` is
+    given the cells so far after each one that ran (the command writes its summary then)."""
     cells, spent = [], 0.0
     for task, size, steps, limit, mode in LOOP_CELLS:
         folder = results / f"loop-{task}-{size}-{mode or 'eager'}"
@@ -360,6 +367,7 @@ def loop_cells(results: Path, environment: dict, budget: float = LOOP_BUDGET) ->
         cells.append(
             {**cell, "status": status, "seconds": seconds, "report": report.read_text() if report.exists() else None}
         )
+        after_each(cells)
     return cells
 
 
@@ -457,8 +465,32 @@ def main(argv: list[str] | None = None) -> int:
     junit = results / "gpu-tests.xml"
     pytest = [sys.executable, "-m", "pytest", str(REPO / "tests" / "test_gpu.py"), "-m", "gpu", "-v", "-rs"]
     pytest += ["-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args]
+    summary = {
+        "command": "bash scripts/test_gpu.sh " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.date.today().isoformat(),
+        "commit": os.environ.get("SINUSOIDAL_ENCODER_COMMIT") or _git_commit(),
+        "device": device_description(),
+        "installed": installed,
+        "benchmark_status": None,
+        "benchmark_seconds": 0.0,
+        "benchmark": None,
+        "loop_against_step": [],
+    }
+
+    def write_summary(**measured) -> None:  # after each step: a command stopped from outside keeps what it measured
+        summary.update(measured)
+        (results / "gpu-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (results / "gpu-summary.md").write_text(summary_markdown(summary))
+
     tests_status, tests_seconds = run_step(pytest, results / "gpu-tests.log", TESTS_TIMEOUT, environment)
-    benchmark_status, benchmark_seconds, benchmark, loops = None, 0.0, None, []
+    outcomes = test_outcomes(junit)
+    write_summary(
+        tests=outcomes,
+        tests_status=tests_status,
+        tests_seconds=tests_seconds,
+        skipped_line=skipped_line(outcomes["skips"]),
+    )
+    benchmark_status = None
     if not args.no_benchmark:
         command = [sys.executable, "-m", "benchmarks.gpu", "--output", str(results)]
         command += ["--time_budget", str(args.benchmark_budget)]
@@ -466,25 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)
         report = results / "gpu-benchmark.md"
         benchmark = report.read_text() if report.exists() else None
-        loops = loop_cells(results, environment, args.loop_budget)
-    outcomes = test_outcomes(junit)
-    summary = {
-        "command": "bash scripts/test_gpu.sh " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "date": datetime.date.today().isoformat(),
-        "commit": os.environ.get("SINUSOIDAL_ENCODER_COMMIT") or _git_commit(),
-        "device": device_description(),
-        "installed": installed,
-        "tests": outcomes,
-        "tests_status": tests_status,
-        "tests_seconds": tests_seconds,
-        "skipped_line": skipped_line(outcomes["skips"]),
-        "benchmark_status": benchmark_status,
-        "benchmark_seconds": benchmark_seconds,
-        "benchmark": benchmark,
-        "loop_against_step": loops,
-    }
-    (results / "gpu-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (results / "gpu-summary.md").write_text(summary_markdown(summary))
+        write_summary(benchmark_status=benchmark_status, benchmark_seconds=benchmark_seconds, benchmark=benchmark)
+        loop_cells(results, environment, args.loop_budget, lambda cells: write_summary(loop_against_step=cells))
     print(summary["skipped_line"])
     failed = tests_status != 0 or benchmark_status not in (None, 0)
     print(f"results in {results}: gpu-summary.md; {'something FAILED (see above)' if failed else 'all passed'}")

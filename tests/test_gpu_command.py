@@ -263,6 +263,34 @@ def test_the_loop_cells_share_their_budget_small_model_first(tmp_path, monkeypat
     assert gpu_check.loop_cells(tmp_path, {}, budget=0) and len(limits) == 2  # none run
 
 
+def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_path, monkeypatch):
+    """The summary is written after the tests, after the benchmark and after each loop cell: a command killed during
+    a cell (a device session's time limit) leaves the summary of everything before it."""
+    monkeypatch.setattr(gpu_check, "cuda_line", lambda: None)
+    monkeypatch.setattr(gpu_check, "install_missing", lambda wheels, site: [])
+    monkeypatch.setattr(gpu_check, "device_description", lambda: SUMMARY["device"])
+    cells = []
+
+    def run_step(command, log, timeout, environment):
+        if "pytest" in command:
+            Path(next(a for a in command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+        elif "benchmarks.gpu" in command:
+            (tmp_path / "out" / "gpu-benchmark.md").write_text("The benchmark's report.")
+        else:
+            cells.append(command)
+            if len(cells) == 2:
+                raise KeyboardInterrupt  # the session's limit, during the second cell
+            (Path(command[command.index("--output_dir") + 1]) / "loop-against-step.md").write_text("Cell one.")
+        return 0, 5.0
+
+    monkeypatch.setattr(gpu_check, "run_step", run_step)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main([str(tmp_path / "out"), "--loop_budget", "600"])
+    text = (tmp_path / "out" / "gpu-summary.md").read_text()
+    assert "## Single-GPU tests: 1 passed, 1 failed" in text and "The benchmark's report." in text
+    assert text.count("## The loop against the step: ") == 1 and "Cell one." in text
+
+
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
     import zipfile
 
