@@ -1,4 +1,4 @@
-"""Claims that stay true (issue 42): what README, the docs, help texts and docstrings name must exist. A path of
+"""Claims that stay true: what README, the docs, help texts and docstrings name must exist. A path of
 this repository (`benchmarks/gpu.py`, `docs/model.md`), a README section cited by name (`README, "Install"`), a
 module run with `python -m`: each is looked up. A measured figure in the prose of the pages (a time, a speed, a loss,
 a share) carries the date of its measurement, and for a time or a speed its machine, unless docs/tables.py writes or
@@ -86,8 +86,8 @@ def test_named_paths_are_found_and_placeholders_left_out(text, expected):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# measured figures in prose (issue 42: figures in prose come from the committed result files, as the tables do, or
-# carry their date and machine)
+# measured figures in prose (they come from the committed result files, as the tables do, or carry their date and
+# machine)
 #
 # The convention. A measured figure in the prose of README.md, model_card.md and docs/*.md stands in a paragraph,
 # list item or hand-written table that names the date of its measurement (2026-11-27, or 2026-11), and for a time or
@@ -117,7 +117,7 @@ SETTINGS = (
     "80% replaced by `[MASK]`, 10% by a random token, 10% kept",  # BERT's masking recipe (docs/pretraining.md)
     "(15% of the tokens)",  # the masking rate (docs/performance.md)
     "the masked tokens only (15%)",  # the same (docs/pretraining.md)
-    "below the 1.3× target",  # issue 40's target (docs/pretraining.md)
+    "below the 1.3× target",  # a target of the GPU benchmark (docs/pretraining.md)
     "up to 256 MiB",  # a limit of the data-file check (docs/pretraining.md)
     "a 1 MB line",  # an input of a test (docs/model.md)
     "less than 64 MiB free",  # the least room the datasets cache must have (docs/pretraining.md)

@@ -128,7 +128,8 @@ def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path):
     ],
 )
 def test_the_closing_line_says_below_or_above_the_baseline(loss, expected):
-    """Issue 42: a run worse than the unigram baseline closed with "is -3.326 nats below the unigram baseline"."""
+    """The closing sentence says "below" the unigram baseline by a positive margin, and "above" for a run worse than
+    it (never "-3.326 nats below")."""
     from sinusoidal_encoder_training.evaluation import describe_evaluation
 
     line = describe_evaluation({"eval_loss": loss, "eval_unigram_loss": 7.0, "eval_order_gap": 0.0})

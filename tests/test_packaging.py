@@ -1,8 +1,7 @@
 """A wheel built from the repository carries what the training library reads (the shipped tokenizer and the model
 card template) and pretrains from another directory, in an environment where the repository is not importable
-(issue 16, item 9: `dirname(dirname(__file__))` pointed into site-packages). Each of its console scripts works
-with every extra installed, and with the base install either works or names, in one line, the extra it needs
-(issue 30)."""
+(its files are found in the installed package, never next to the checkout). Each of its console scripts works
+with every extra installed, and with the base install either works or names, in one line, the extra it needs."""
 
 from __future__ import annotations
 
@@ -351,10 +350,9 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path, installed):
 
 @pytest.mark.slow
 def test_readme_blocks_run_from_an_installed_wheel_outside_the_checkout(tmp_path, wheel, installed):
-    """Issue 42: README's "Use it" block loaded the tokenizer from `tokenizer_config`, a folder of the checkout
-    only, and left `my-encoder/` in the repository. Each Python block that README runs, run by the wheel's
-    environment (the base install: its extras hidden) in a folder outside the checkout: it passes, it reaches the
-    shipped tokenizer by its public name, and what it writes stays under that folder's `outputs/`."""
+    """README's Python blocks work from an installed wheel, outside any checkout: each block that README runs, run
+    by the wheel's environment (the base install: its extras hidden) in a folder outside the checkout, passes,
+    reaches the shipped tokenizer by its public name, and writes only under that folder's `outputs/`."""
     sys.path.insert(0, str(REPO / "tests"))
     from test_docs import fenced_blocks
 

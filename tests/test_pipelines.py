@@ -32,7 +32,7 @@ def test_fill_mask(tmp_path, tokenizer):
 
 
 def test_fill_mask_sequences_have_single_spaces(tmp_path, tokenizer):
-    """Issue 30, item 3: a word filled in after a space came with a second space ("a  the value")."""
+    """A word filled in after a space comes with that one space ("a the value", never "a  the value")."""
     folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
     fill = pipeline("fill-mask", model=folder)
     text = f"The function returns a {tokenizer.mask_token} value."
@@ -91,8 +91,8 @@ def test_token_classification(tmp_path, tokenizer):
 
 @pytest.mark.parametrize("aggregation", ["simple", "first"])
 def test_token_classification_entities_start_at_words(tmp_path, tokenizer, aggregation):
-    """Issue 30, item 1: aggregated entities started at the space before their word. Their `start` now is the
-    word's first character and text[start:end] is the word; `word` is the tokens decoded ("today", the decoder
+    """Aggregated entities start at their word, not at the space before it: their `start` is the word's first
+    character and text[start:end] is the word; `word` is the tokens decoded ("today", the decoder
     takes off the space the first token stands for). With "first", transformers decodes each word, then joins the
     decoded words as if they were tokens: a group of several words comes without the spaces between them."""
     folder = save_tagger(tmp_path, tokenizer)
@@ -149,8 +149,8 @@ QA_EXAMPLES = [
 
 
 def test_question_answering_answers_start_at_words(tmp_path, tokenizer):
-    """Issue 30, item 1: answers extracted with the tokenizer's offsets (as the question-answering pipeline and
-    scripts do) began with a space. Now no context token's span starts with one, so no answer does."""
+    """Answers extracted with the tokenizer's offsets (as the question-answering pipeline and scripts do) start at
+    a word: no context token's span starts with a space, so no answer does."""
     folder = save(tmp_path, se.SinusoidalEncoderForQuestionAnswering, tokenizer)
     model = se.SinusoidalEncoderForQuestionAnswering.from_pretrained(folder).eval()
     for question, context in QA_EXAMPLES:
@@ -240,8 +240,8 @@ def test_fill_mask_predicts_from_a_masked_lm_folder(tmp_path, tokenizer, monkeyp
     ],
 )
 def test_fill_mask_needs_one_mask_per_text(tmp_path, tokenizer, monkeypatch, capsys, text, message):
-    """Issue 42: a text without [MASK] ended in transformers' PipelineException traceback, three masks in a
-    TypeError of fill_mask.py. Now one line naming the text, status 2, before the model is loaded."""
+    """A text without [MASK], or with several, is one line naming the text, status 2, before the model is loaded
+    (not transformers' PipelineException traceback, nor a TypeError)."""
     folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
     status, out, err = fill_mask_command([folder, "A [MASK] is fine.", text], monkeypatch, capsys)
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

@@ -378,8 +378,8 @@ def test_presets_cached_hub_ids_and_existing_paths_pass_the_source_check(tmp_pat
 def test_a_name_neither_here_nor_on_the_hub_is_one_line_with_the_nearest_folder(
     tmp_path, monkeypatch, offline, exists, message
 ):
-    """Issue 42: a typo without a slash (`fill_mask.py my_model`) was taken as a Hub id and ended in transformers'
-    40-line "We couldn't connect" traceback. Now it is resolved before any work: offline, against the cache;
+    """A name without a slash that is no local folder (`fill_mask.py my_model`, a typo) is resolved before any work,
+    never left to transformers' "We couldn't connect" traceback: offline, against the cache;
     online, against the Hub; the line names the nearest local folder."""
     from huggingface_hub import HfApi, constants
 

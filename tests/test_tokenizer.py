@@ -59,9 +59,8 @@ def test_no_text_is_rejected_or_lost(tokenizer, name):
 
 @pytest.mark.parametrize("cap", [None, 128])
 def test_long_inputs_raise_no_length_warning(tokenizer, cap):
-    """Issue 16, item 7: 'Token indices sequence length is longer than the specified maximum sequence length for this
-    model (138 > 128)' was false for a model without a length cap, and is no longer printed (a capped copy, as the
-    shipped tokenizer was, shows the check can see it)."""
+    """The tokenizer of a model without a length cap prints no 'Token indices sequence length is longer than the
+    specified maximum sequence length' warning for long inputs (a capped copy shows the check can see it)."""
     if cap is not None:
         tokenizer = copy.deepcopy(tokenizer)
         tokenizer.model_max_length = cap
@@ -93,8 +92,8 @@ def assert_offsets_start_at_words(encoding, text: str, sequence: int = 0) -> Non
 
 
 def test_offsets_leave_out_the_space_before_a_word(tokenizer):
-    """Issue 30, item 1: offsets included the space a token carries ("ĠParis" spanned " Paris"), so extracted
-    question-answering answers and token-classification starts began with a space."""
+    """Offsets leave out the space a token carries ("ĠParis" spans "Paris"), so question-answering answers and
+    token-classification entities start at their word."""
     text = "Where is Paris today"
     encoding = tokenizer(text, return_offsets_mapping=True)
     tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
@@ -107,7 +106,7 @@ def test_offsets_leave_out_the_space_before_a_word(tokenizer):
 
 
 def test_mask_token_takes_in_the_space_before_it(tokenizer):
-    """Issue 30, item 3: "a [MASK]" encoded a lone 'Ġ' before [MASK], so a filled-in " the" gave "a  the"."""
+    """[MASK] takes in the space before it ("a [MASK]" has no lone 'Ġ'), so a filled-in word gets one space."""
     assert tokenizer.convert_ids_to_tokens(tokenizer("a [MASK]")["input_ids"]) == ["[CLS]", "Ġa", "[MASK]", "[SEP]"]
     # a special token starts no text: what follows it keeps its running-text ids ('.', not 'Ġ.')
     assert tokenizer.convert_ids_to_tokens(tokenizer("capital of [MASK].")["input_ids"])[-3:] == [
@@ -125,9 +124,8 @@ def test_mask_token_takes_in_the_space_before_it(tokenizer):
 
 
 def test_pre_split_words_get_their_running_text_ids(tokenizer):
-    """Issue 42: transformers' token-classification scripts pass words (`is_split_into_words=True`), and each word
-    was encoded as the start of a text, without the space marker it has in running text ("Ahmed joined" gave
-    'A h med join ed' word by word, 'A h med Ġjoined' whole): NER trained on other ids than pipelines meet. Now the
+    """Words passed pre-split (`is_split_into_words=True`, as transformers' token-classification scripts do) get
+    the ids they have in running text, the space marker included, so that NER trains on the ids pipelines meet: the
     words of 200 sentences get exactly the ids of the sentence, the first word too; offsets stay inside their word
     and decoding gives the text back."""
     from pydoc_data.topics import topics
@@ -242,7 +240,7 @@ def test_train_tokenizer_refuses_a_model_folder_and_retrains_its_own(tmp_path, t
 
 
 def test_train_tokenizer_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_path, monkeypatch, capsys):
-    """Issue 42: `--vocab_size 400` on a small corpus built 392 tokens without a word."""
+    """A corpus that gives fewer tokens than `--vocab_size` asks for says so in a note naming both counts."""
     from conftest import run_command
 
     from sinusoidal_encoder_training import tokenizer_training

@@ -1,4 +1,4 @@
-"""Contracts transformers users rely on without reading our code (issue 16): every return form of
+"""Contracts transformers users rely on without reading our code: every return form of
 `from_pretrained`, gradients through returned hidden states, all-padding batches, empty inputs; then the rest of
 what transformers' common model tests check for BERT (base/head checkpoints both ways, mismatched sizes, missing
 weights, embedding accessors, inputs_embeds, attention gradients, batching, torch.export, device_map, adapters)."""

@@ -1,4 +1,4 @@
-"""Issue 42: damaged files of the user's (a truncated config.json, an empty or garbled weights file, a folder
+"""Damaged files of the user's (a truncated config.json, an empty or garbled weights file, a folder
 without a tokenizer) are one line naming the flag, the folder and the file, status 2, before any work and with
 nothing written, in every command that loads a model or a tokenizer (`command_line.loading`, `check_local_files`).
 Each family once per command: the same translator serves them all."""
@@ -150,10 +150,9 @@ DATA_CASES = {
 @pytest.mark.parametrize("name", ["pretrain", "finetune", "train_tokenizer"])
 @pytest.mark.parametrize("case", list(DATA_CASES))
 def test_a_bad_data_file_is_one_line_naming_the_file_and_line(tmp_path, monkeypatch, capsys, name, case):
-    """Issue 42: a malformed JSON line gave datasets' "An error occurred while generating the dataset" without a
-    line number, a Latin-1 file the same without the encoding, a validation file's other columns were reported
-    against the training file, an empty file ended in "StopIteration", an integer among string labels became a
-    class of its own. Each is one line naming the flag, the file and the line, before any work."""
+    """A malformed JSON line, a file in another encoding than UTF-8, a validation file with other columns than the
+    training file's, an empty file, an integer among string labels: each is one line naming the flag, the file and
+    the line, before any work (never datasets' "An error occurred while generating the dataset")."""
     (tmp_path / "data").mkdir()
     train, validation = DATA_CASES[case][0](tmp_path / "data")
     expected = DATA_CASES[case][1].format(train=str(train), validation=str(validation))
@@ -212,7 +211,7 @@ def test_token_classification_needs_every_word_as_text(tmp_path, tokenizer, monk
 
 
 def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
-    """Issue 42: a row whose tags are shorter than its words raised IndexError in finetuning.py."""
+    """A row whose tags are fewer than its words is one line naming the file and the row, before training."""
     from sinusoidal_encoder_training import finetuning
 
     rows = [{"tokens": ["Ada", "wrote", "code"], "tags": ["B-PER", "O", "O"]}] * 3
