@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from accelerate.state import AcceleratorState
-from conftest import REPO, folder_digest, metrics, pretrain_cmd, run, run_command, write_text_corpus
+from conftest import REPO, folder_digest, metrics, run_command, tiny_pretraining, write_text_corpus
 
-from sinusoidal_encoder_training import finetuning, model_evaluation
+from sinusoidal_encoder_training import finetuning, model_evaluation, pretraining
 from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
 from sinusoidal_encoder_training.tasks import FINETUNED
 
@@ -27,10 +27,12 @@ def fresh_accelerate():
 
 @pytest.fixture(scope="module")
 def pretrained_run(tmp_path_factory):
-    """A tiny pretraining run on two text files (blocks of 32 tokens, evaluated in batches of 16)."""
+    """A tiny pretraining run on two text files (blocks of 32 tokens, evaluated in batches of 16), in this process."""
     folder = tmp_path_factory.mktemp("evaluate")
     corpus = write_text_corpus(folder / "data")
-    run(pretrain_cmd(corpus, folder / "model", "--max_train_steps", "3"))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    pretraining.run(tiny_pretraining(corpus, folder / "model", max_train_steps=3))
+    AcceleratorState._reset_state(reset_partial_state=True)
     return corpus, folder / "model"
 
 
