@@ -1,7 +1,8 @@
 """The input pipeline alone: tokens/s from a packed `datasets` dataset to a masked-LM batch on the device, through
-the package's own DataLoader settings, dataset wrapper and collator (`loop.loader_settings`, `data.IndexedExamples`,
-`data.KeyedMaskingCollator`), on one CPU thread and in the main process (no worker), so that the figure is what one
-core gives; and, in the same run, the per-row way (each row read alone, each row masked with a generator of its own:
+the package's own DataLoader settings, dataset wrapper and collator (`accelerator.loader_settings`,
+`data.IndexedExamples`, `data.KeyedMaskingCollator`), on one CPU thread and in the main process (no worker), so that
+the figure is what one core gives; and, in the same run, the per-row way (each row read alone, each row masked with a
+generator of its own:
 `DataCollatorForLanguageModeling`, as the package did before), and fine-tuning batches (text classification, rows
 of 16 to 128 tokens padded per batch) the package's way (`data.BatchedRows`, `data.PaddingCollator`) and the per-row
 way (`DataCollatorWithPadding`, as before).
@@ -114,8 +115,8 @@ def measure(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer, DataCollatorWithPadding
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.accelerator import loader_settings
     from sinusoidal_encoder_training.data import BatchedRows, IndexedExamples, KeyedMaskingCollator, PaddingCollator
-    from sinusoidal_encoder_training.loop import loader_settings
 
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

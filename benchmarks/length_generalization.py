@@ -56,6 +56,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 
 from benchmarks.bert_reference import bert_config
 from sinusoidal_encoder_training import finetuning, pretraining
+from sinusoidal_encoder_training.accelerator import bf16_is_fast
 from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, check_seeds, parse_config
 from sinusoidal_encoder_training.command_line import front
 from sinusoidal_encoder_training.corpus import load_builtin_corpus
@@ -67,7 +68,6 @@ from sinusoidal_encoder_training.data import (
 )
 from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, unigram_log_probs
 from sinusoidal_encoder_training.export import published_config, save_tokenizer, write_sentence_transformers_files
-from sinusoidal_encoder_training.loop import bf16_is_fast
 from sinusoidal_encoder_training.metrics_log import perplexity, read_metrics
 
 ARMS = {

@@ -15,8 +15,8 @@ timed between two device synchronisations: forward, backward, optimizer step. Th
 the step's speed the loop keeps (1.00: the loop adds nothing).
 
 With `--torch_compile` both are compiled the same way: the loop through its own `--torch_compile` flags (accelerate's
-dynamo plugin, dynamic shapes, `loop.compile_once_per_mode`), the bare step through an `Accelerator` with the same
-plugin and settings. Each compiles from nothing (dynamo reset between the two, inductor's on-disk caches off): the
+dynamo plugin, dynamic shapes, `compilation.compile_once_per_mode`), the bare step through an `Accelerator` with the
+same plugin and settings. Each compiles from nothing (dynamo reset between the two, inductor's on-disk caches off): the
 warm-up is what a first run pays. Both report the time of their first logging window (the first `logging_steps`
 steps, compilation included) beside that of a steady one; the compiled loop also reports the graphs it captured and
 the graphs inductor could not run as CUDA graphs (`reduce-overhead`, `max-autotune`).
@@ -173,9 +173,9 @@ def step_speed(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.compilation import compile_once_per_mode, mark_cuda_graph_step, uses_cuda_graphs
     from sinusoidal_encoder_training.configs import PretrainingConfig
     from sinusoidal_encoder_training.data import KeyedMaskingCollator
-    from sinusoidal_encoder_training.loop import compile_once_per_mode, mark_cuda_graph_step, uses_cuda_graphs
     from sinusoidal_encoder_training.optimization import make_optimizer
     from sinusoidal_encoder_training.pretraining import build_model
 
@@ -190,7 +190,8 @@ def step_speed(args: argparse.Namespace) -> dict:
         torch_compile_backend=args.torch_compile_backend,
         torch_compile_mode=args.torch_compile_mode,
     )
-    plugin = None  # compiled as the loop compiles (`loop.make_accelerator`): accelerate's plugin, dynamic shapes
+    # compiled as the loop compiles (`accelerator.make_accelerator`): accelerate's plugin, dynamic shapes
+    plugin = None
     if args.torch_compile:
         plugin = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True)
         compile_once_per_mode()
@@ -321,7 +322,7 @@ def how_compiled(result: dict) -> str:
 
 
 def report(result: dict) -> str:
-    from sinusoidal_encoder_training.loop import CUDA_GRAPH_MODES
+    from sinusoidal_encoder_training.compilation import CUDA_GRAPH_MODES
 
     batch, length = result["batch"]
     model = result["size"] + (f" ({result['config_overrides']})" if result["config_overrides"] else "")

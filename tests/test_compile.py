@@ -138,7 +138,7 @@ def _fresh_accelerate_state():
     """accelerate keeps its state (the compile plugin included) for the whole process: reset it before an in-process
     compiled run (an earlier in-process run of another test left its eager state) and after it, so that later
     in-process runs of other tests are not compiled; the dynamo settings a compiled run sets
-    (`loop.compile_once_per_mode`) are put back after it."""
+    (`compilation.compile_once_per_mode`) are put back after it."""
     import torch._dynamo.config
     import torch.fx.experimental._config
     from accelerate.state import AcceleratorState
@@ -254,7 +254,7 @@ def test_kept_gradients_are_the_same_values_in_memory_of_their_own():
     model(torch.ones(1, 3)).sum().backward()
     model.bias.grad = None  # a parameter without a gradient keeps none
     before = model.weight.grad
-    from sinusoidal_encoder_training.loop import keep_gradients
+    from sinusoidal_encoder_training.compilation import keep_gradients
 
     keep_gradients(model)
     assert torch.equal(model.weight.grad, before) and model.bias.grad is None

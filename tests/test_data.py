@@ -228,7 +228,7 @@ def test_keyed_masking_draws_berts_shares_for_a_whole_batch_at_once(tokenizer):
 def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     import argparse
 
-    from sinusoidal_encoder_training.loop import GPU_LOADER_WORKERS, loader_settings
+    from sinusoidal_encoder_training.accelerator import GPU_LOADER_WORKERS, loader_settings
 
     auto, given = argparse.Namespace(dataloader_num_workers=None), argparse.Namespace(dataloader_num_workers=3)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -19,9 +19,9 @@ import sinusoidal_encoder as se
 from benchmarks import context_extension as ce
 from benchmarks import length_generalization as lg
 from sinusoidal_encoder_training import data, finetuning
+from sinusoidal_encoder_training.accelerator import bf16_is_fast
 from sinusoidal_encoder_training.arguments import parse_config
 from sinusoidal_encoder_training.configs import PretrainingConfig
-from sinusoidal_encoder_training.loop import bf16_is_fast
 
 
 def test_the_arms_differ_by_their_model_settings_alone(tmp_path):

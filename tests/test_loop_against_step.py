@@ -45,7 +45,7 @@ def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path, task)
 @pytest.fixture
 def _fresh_compile_state():
     """accelerate keeps the compile plugin in its process-wide state, and a compiled loop sets dynamo's settings
-    (`loop.compile_once_per_mode`): both put back after the test, so that later in-process runs are eager."""
+    (`compilation.compile_once_per_mode`): both put back after the test, so that later in-process runs are eager."""
     import torch._dynamo.config
     import torch.fx.experimental._config
     from accelerate.state import AcceleratorState

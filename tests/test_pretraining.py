@@ -187,7 +187,7 @@ def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
     process 1 its first; every other batch, and a loader accelerate did not prepare, keep all their labels."""
     from types import SimpleNamespace
 
-    from sinusoidal_encoder_training.loop import unlabel_repeated_examples
+    from sinusoidal_encoder_training.even_batches import unlabel_repeated_examples
 
     labels = torch.arange(12).reshape(4, 3)
     for process, kept in ((0, 4), (1, 1)):
@@ -623,7 +623,7 @@ def test_a_first_signal_asks_the_loop_to_stop_and_a_second_stops_at_once(capsys,
     """The first SIGINT or SIGTERM only records the request (the loop stops after the step in progress and saves
     it), with one line; the second raises at once, as its own kind; the handlers before training come back."""
     from sinusoidal_encoder_training.command_line import Interrupted, Terminated
-    from sinusoidal_encoder_training.loop import StopRequest
+    from sinusoidal_encoder_training.stopping import StopRequest
 
     # as in a terminal (a suite started with `&` has SIGINT ignored, which install() leaves as it is)
     ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -695,7 +695,7 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
 def test_the_processes_agreement_on_a_stop_is_read_one_step_late():
     """Several processes read their agreement on a stop from the reduction of the step before (the device has long
     computed it), not from the step's own: a sum posted at one step is what the next step reads."""
-    from sinusoidal_encoder_training.loop import StopAgreement, StopRequest
+    from sinusoidal_encoder_training.stopping import StopAgreement, StopRequest
 
     agreement = StopAgreement()
     assert not agreement.agreed()  # the first step: nothing reduced yet

@@ -15,8 +15,9 @@ from accelerate import Accelerator
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed, text_column
+from sinusoidal_encoder_training.even_batches import real_examples
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs, plan_head
-from sinusoidal_encoder_training.loop import TrainingTask, real_examples
+from sinusoidal_encoder_training.loop import TrainingTask
 from sinusoidal_encoder_training.metrics import (
     accuracy_and_macro_f1,
     entity_scores,

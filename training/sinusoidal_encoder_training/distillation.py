@@ -300,7 +300,7 @@ def similarity_evaluator():
 class FiniteTraining:
     """The events of a transformers `TrainerCallback` (`finite_training` makes one of it) that stop training,
     unsaved, at a logged loss that is not finite, or when a checkpoint is due and a weight is not finite (checked
-    then only); `check`, after training, stops the command with one line (`loop.diverged_line`) before the model
+    then only); `check`, after training, stops the command with one line (`divergence.diverged_line`) before the model
     is evaluated or saved."""
 
     def __init__(self) -> None:
@@ -314,7 +314,7 @@ class FiniteTraining:
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if control.should_save and model is not None and self.stopped is None:
-            from sinusoidal_encoder_training.loop import non_finite_weights
+            from sinusoidal_encoder_training.divergence import non_finite_weights
 
             bad = int(non_finite_weights(model))
             if bad:
@@ -329,7 +329,7 @@ class FiniteTraining:
 
     def check(self, config: DistillationConfig, model, state) -> None:
         """After training: a `UsageError` when training was stopped or a weight of `model` is not finite."""
-        from sinusoidal_encoder_training.loop import diverged_line, non_finite_weights
+        from sinusoidal_encoder_training.divergence import diverged_line, non_finite_weights
 
         if self.stopped is None:
             bad = int(non_finite_weights(model))

@@ -28,6 +28,7 @@ from transformers import (
 )
 
 import sinusoidal_encoder
+from sinusoidal_encoder_training.accelerator import make_accelerator, make_loaders
 from sinusoidal_encoder_training.arguments import (
     apply_overrides,
     parse_config,
@@ -44,13 +45,7 @@ from sinusoidal_encoder_training.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data import load_raw_datasets
 from sinusoidal_encoder_training.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.hub import check_hub_access
-from sinusoidal_encoder_training.loop import (
-    StageResult,
-    TrainingTask,
-    make_accelerator,
-    make_loaders,
-    train,
-)
+from sinusoidal_encoder_training.loop import StageResult, TrainingTask, train
 from sinusoidal_encoder_training.metrics_log import write_json
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder

@@ -36,8 +36,8 @@ from sinusoidal_encoder_training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
+from sinusoidal_encoder_training.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.finetuning import evaluate_finetuned
-from sinusoidal_encoder_training.loop import unlabel_repeated_examples
 from sinusoidal_encoder_training.metrics_log import format_metrics, write_json
 from sinusoidal_encoder_training.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.tasks import FINETUNED, task_of_architecture

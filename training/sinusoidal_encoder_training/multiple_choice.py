@@ -16,8 +16,9 @@ from accelerate import Accelerator
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed
+from sinusoidal_encoder_training.even_batches import real_examples
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts, model_inputs
-from sinusoidal_encoder_training.loop import TrainingTask, real_examples
+from sinusoidal_encoder_training.loop import TrainingTask
 
 CONTEXT, START = "sent1", "sent2"
 

@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 import sinusoidal_encoder
+from sinusoidal_encoder_training.accelerator import make_accelerator, make_loaders
 from sinusoidal_encoder_training.arguments import apply_overrides, parse_config
 from sinusoidal_encoder_training.command_line import (
     UsageError,
@@ -37,16 +38,10 @@ from sinusoidal_encoder_training.data import (
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
+from sinusoidal_encoder_training.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.export import describe_data, export_model
 from sinusoidal_encoder_training.hub import check_hub_access
-from sinusoidal_encoder_training.loop import (
-    StageResult,
-    TrainingTask,
-    make_accelerator,
-    make_loaders,
-    train,
-    unlabel_repeated_examples,
-)
+from sinusoidal_encoder_training.loop import StageResult, TrainingTask, train
 from sinusoidal_encoder_training.optimization import make_optimizer
 from sinusoidal_encoder_training.run_folder import claim_output_folder
 from sinusoidal_encoder_training.tasks import task_of_architecture

@@ -18,8 +18,9 @@ from accelerate import Accelerator
 from sinusoidal_encoder_training.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator, derive_seed
+from sinusoidal_encoder_training.even_batches import real_examples
 from sinusoidal_encoder_training.finetuning import STAGE, Prepared, check_texts
-from sinusoidal_encoder_training.loop import TrainingTask, real_examples
+from sinusoidal_encoder_training.loop import TrainingTask
 from sinusoidal_encoder_training.metrics import squad_scores
 
 QUESTION, CONTEXT, ANSWERS = "question", "context", "answers"

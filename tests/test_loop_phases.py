@@ -1,0 +1,252 @@
+"""The phases of the training loop, each called alone on a tiny masked-LM model and a small in-memory loader, in
+this process: `start_run` (plan, header, resume), `step_windows` (epochs, a resumed epoch, a stream's end),
+`optimizer_step` (accumulation over the global batch), `after_step` (logging, evaluation, checkpoints, a loss
+that is not finite), `stop_if_requested` (the agreed stop) and `finish_run` (the final evaluation)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import signal
+import sys
+import time
+
+import pytest
+import torch
+from conftest import random_ids, tiny_config
+
+import sinusoidal_encoder as se
+from sinusoidal_encoder_training import loop
+from sinusoidal_encoder_training.accelerator import make_accelerator
+from sinusoidal_encoder_training.checkpoints import complete_checkpoints
+from sinusoidal_encoder_training.command_line import Terminated, UsageError
+from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.metrics_log import read_metrics
+
+ROWS, LENGTH = 2, 8  # a micro-batch: 2 rows of 8 tokens, every other one a label (8 loss units)
+
+
+class TinyTask(loop.TrainingTask):
+    """The masked-LM loss of a batch with its labels; an evaluation that counts its calls."""
+
+    name = "tiny"
+
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+        self.evaluations = 0
+
+    def loss(self, model, batch, num_items_in_batch):
+        return model(input_ids=batch["input_ids"], labels=batch["labels"], num_items_in_batch=num_items_in_batch).loss
+
+    def loss_units(self, batch):
+        return (batch["labels"] != -100).sum()
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+    def evaluate(self, model, loader, accelerator):
+        self.evaluations += 1
+        return {"eval_loss": 1.5}
+
+    def summary(self, metrics):
+        return f"the tiny task's summary of {metrics['eval_loss']}"
+
+
+def examples(n_batches: int) -> list[dict[str, torch.Tensor]]:
+    """The rows of `n_batches` micro-batches, in order: row i holds the ids of seed i."""
+    rows = []
+    for index in range(n_batches * ROWS):
+        ids = random_ids(1, LENGTH, seed=index)[0]
+        rows.append({"input_ids": ids, "labels": ids.masked_fill(torch.arange(LENGTH) % 2 == 1, -100)})
+    return rows
+
+
+def start(tmp_path, n_batches: int = 6, header=("Tiny header line",), **settings) -> tuple[loop.Run, object]:
+    """`start_run` of a tiny model (SGD) in `tmp_path/out` on `n_batches` micro-batches; `settings` go to the
+    config. Returns the run and its prepared training loader."""
+    values = dict(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=ROWS, max_train_steps=3, logging_steps=100
+    )
+    config = TrainingConfig(**{**values, **settings})
+    accelerator = make_accelerator(config)
+    model = se.SinusoidalEncoderForMaskedLM(tiny_config(num_hidden_layers=1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate)
+    train_loader = torch.utils.data.DataLoader(examples(n_batches), batch_size=ROWS)
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    run = loop.start_run(accelerator, config, model, optimizer, train_loader, [], TinyTask(), list(header))
+    return run, train_loader
+
+
+def steps(run: loop.Run, train_loader, count: int) -> None:
+    """`count` optimizer steps with what follows each, as `train()` runs them."""
+    windows = loop.step_windows(run, train_loader, streaming=False)
+    for _ in range(count):
+        started, batches = next(windows)
+        loop.optimizer_step(run, batches)
+        loop.after_step(run, started)
+
+
+def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_path, capsys):
+    run, _ = start(tmp_path, n_batches=5, max_train_steps=None, num_train_epochs=2, gradient_accumulation_steps=2)
+    run.bar.close()
+    # 5 micro-batches hold 2 steps of 2: 4 steps in 2 epochs, 6% of them warming up (none)
+    assert run.plan == loop.StepPlan(max_train_steps=4, epochs=2, warmup=0)
+    assert vars(run.progress) == {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
+    assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
+    out = capsys.readouterr().out
+    assert "***** Running training *****\n  Model = sinusoidal_encoder, " in out
+    assert "\n  Tiny header line\n  Processes = 1, mixed precision = no\n" in out
+    assert "gradient accumulation = 2, global batch = 4\n  Optimizer steps = 4 (2 epoch(s)), warmup = 0\n" in out
+    assert read_metrics(run.config.output_dir) == []
+
+    planned = loop.plan_steps(TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7), range(3), False)
+    assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
+    with pytest.raises(UsageError, match="fewer batches than --gradient_accumulation_steps"):
+        loop.plan_steps(TrainingConfig(output_dir=".", gradient_accumulation_steps=4), range(3), False)
+
+
+def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_after_it(tmp_path, capsys):
+    run, train_loader = start(tmp_path, max_train_steps=4, logging_steps=1, checkpointing_steps=2)
+    steps(run, train_loader, 2)
+    saved = {name: value.clone() for name, value in run.accelerator.unwrap_model(run.model).state_dict().items()}
+    steps(run, train_loader, 1)
+    run.bar.close()
+    assert [m["step"] for m in read_metrics(run.config.output_dir)] == [1, 2, 3]
+
+    resumed, _ = start(tmp_path, max_train_steps=4, logging_steps=1, resume_from_checkpoint="latest")
+    resumed.bar.close()
+    assert f"Resuming from {tmp_path / 'out' / 'checkpoints' / 'step_2'}\n" in capsys.readouterr().out
+    assert vars(resumed.progress) == {"completed_steps": 2, "epoch": 0, "batches_in_epoch": 2, "tokens_seen": 32}
+    assert [m["step"] for m in read_metrics(resumed.config.output_dir)] == [1, 2]
+    weights = resumed.accelerator.unwrap_model(resumed.model).state_dict()
+    assert all(torch.equal(weights[name], value) for name, value in saved.items())
+    assert resumed.scheduler.get_last_lr() == pytest.approx([resumed.config.learning_rate / 2])  # 2 of 4 steps
+
+
+def test_step_windows_walk_the_epochs_from_where_the_run_stands(tmp_path, capsys):
+    run, train_loader = start(tmp_path, n_batches=5, max_train_steps=5, gradient_accumulation_steps=2)
+    run.bar.close()
+    first_ids = [batch["input_ids"][0, 0].item() for batch in train_loader]  # the 5 micro-batches, in order
+    drawn = []
+    for _, batches in loop.step_windows(run, train_loader, streaming=False):
+        drawn.append([batch["input_ids"][0, 0].item() for batch in batches])
+        run.progress.completed_steps += 1  # what optimizer_step counts
+        run.progress.batches_in_epoch += 2
+    # 2 steps an epoch (the fifth micro-batch is no step), 5 steps: 3 epochs, each started with the task
+    assert drawn == [first_ids[:2], first_ids[2:4]] * 2 + [first_ids[:2]]
+    assert run.task.epochs == [0, 1, 2] and run.progress.epoch == 2
+
+    run.progress.completed_steps, run.progress.epoch, run.progress.batches_in_epoch = 1, 0, 2  # a resumed run
+    started, batches = next(loop.step_windows(run, train_loader, streaming=False))
+    assert [batch["input_ids"][0, 0].item() for batch in batches] == first_ids[2:4]
+    assert started <= time.perf_counter()
+
+    run.progress.completed_steps, run.progress.batches_in_epoch = 0, 0  # a stream of 2 steps, set for 5
+    assert len(list(loop.step_windows(run, train_loader, streaming=True))) == 2
+    assert "The stream ended after 0 steps, before --max_train_steps." in capsys.readouterr().out
+
+
+def test_optimizer_step_is_one_step_of_the_mean_over_every_micro_batch(tmp_path):
+    run, train_loader = start(tmp_path, max_train_steps=4, gradient_accumulation_steps=2, max_grad_norm=0.0)
+    model = run.accelerator.unwrap_model(run.model)
+    reference = copy.deepcopy(model)
+    _, batches = next(loop.step_windows(run, train_loader, streaming=False))
+    loop.optimizer_step(run, batches)
+
+    units = sum(int((batch["labels"] != -100).sum()) for batch in batches)  # the step's 16 units
+    loss = sum(reference(**batch, num_items_in_batch=units).loss for batch in batches)
+    loss.backward()
+    for parameter, before in zip(model.parameters(), reference.parameters(), strict=True):
+        assert parameter.grad is None or not parameter.grad.any()  # zeroed after the step
+        expected = before.detach() - run.config.learning_rate * before.grad  # SGD's one step, at the full rate
+        torch.testing.assert_close(parameter.detach(), expected)
+    assert run.scheduler.get_last_lr() == pytest.approx([run.config.learning_rate * 3 / 4])  # one of 4 steps done
+    assert (run.progress.completed_steps, run.progress.batches_in_epoch, run.bar.n) == (1, 2, 1)
+    assert run.step_loss.item() == pytest.approx(loss.item())
+    assert run.window.loss.item() == pytest.approx(loss.item() * units)  # summed over the units
+    assert (run.window.units.item(), run.window.tokens.item(), run.pending_tokens.item()) == (units, 32, 32)
+    assert run.progress.tokens_seen == 0  # the device is read at a logging, evaluation or checkpoint step only
+    run.bar.close()
+
+
+def test_after_step_logs_evaluates_and_saves_on_their_steps(tmp_path, capsys):
+    run, _ = start(tmp_path, max_train_steps=4, logging_steps=2, eval_steps=2, checkpointing_steps=3)
+    run.bar.close()
+    output_dir = run.config.output_dir
+
+    def after(step: int, loss: float, units: float, tokens: float) -> None:
+        run.progress.completed_steps = step
+        run.window.loss += loss * units
+        run.window.units += units
+        run.window.tokens += tokens
+        run.pending_tokens += tokens
+        run.step_loss.fill_(loss)
+        loop.after_step(run, time.perf_counter())
+
+    after(1, 3.0, 4, 16)
+    assert read_metrics(output_dir) == [] and run.progress.tokens_seen == 0 and run.task.evaluations == 0
+    after(2, 1.0, 2, 8)  # a logging step: the mean over the window's 6 units, 24 tokens
+    logged = read_metrics(output_dir)
+    assert [m["step"] for m in logged] == [2, 2] and logged[1] == {
+        "step": 2,
+        "time": logged[1]["time"],
+        "eval_loss": 1.5,
+    }
+    assert logged[0]["train_loss"] == pytest.approx((3.0 * 4 + 1.0 * 2) / 6)
+    assert (logged[0]["tokens_seen"], logged[0]["epoch"]) == (24, 0) and logged[0]["tokens_per_second"] > 0
+    assert logged[0]["learning_rate"] == run.scheduler.get_last_lr()[0]
+    assert "step 2 evaluation: eval_loss 1.5000" in capsys.readouterr().out
+    assert [run.window.loss.item(), run.window.units.item(), run.window.tokens.item(), run.window.seconds] == [0] * 4
+    assert complete_checkpoints(output_dir) == []
+    after(3, 2.0, 2, 8)  # a checkpoint step: saved with the tokens seen so far, not logged
+    assert [step for step, _ in complete_checkpoints(output_dir)] == [3] and run.progress.tokens_seen == 32
+    assert len(read_metrics(output_dir)) == 2
+    after(4, 2.0, 2, 8)  # the last step: logged, not evaluated (the final evaluation is finish_run's)
+    assert [m["step"] for m in read_metrics(output_dir)] == [2, 2, 4] and run.task.evaluations == 1
+
+
+def test_after_step_stops_on_a_loss_that_is_not_finite_before_logging_it(tmp_path):
+    run, _ = start(tmp_path, max_train_steps=4, logging_steps=2)
+    run.bar.close()
+    run.progress.completed_steps = 2
+    run.step_loss.fill_(math.nan)
+    with pytest.raises(UsageError, match=r"The training loss is nan at step 2 \(no finite loss before it\)"):
+        loop.after_step(run, time.perf_counter())
+    assert read_metrics(run.config.output_dir) == []
+
+
+def test_stop_if_requested_saves_the_step_and_stops_with_the_line_that_resumes(tmp_path, monkeypatch):
+    run, train_loader = start(tmp_path, max_train_steps=4, checkpointing_steps=10)
+    steps(run, train_loader, 2)
+    loop.stop_if_requested(run, agreed=False)  # no process asked: nothing happens
+    assert complete_checkpoints(run.config.output_dir) == []
+
+    monkeypatch.setattr(sys, "argv", ["training/pretrain.py", "--output_dir", "out"])
+    run.stop.signum = signal.SIGTERM  # what the first SIGTERM's handler records
+    with pytest.raises(Terminated) as stopped:
+        loop.stop_if_requested(run, agreed=False)
+    newest = str(tmp_path / "out" / "checkpoints" / "step_2")
+    expected = f"interrupted at step 2; the newest checkpoint is {newest}; resume with: python training/pretrain.py "
+    assert stopped.value.args == (expected + "--output_dir out --resume_from_checkpoint latest",)
+    assert [step for step, _ in complete_checkpoints(run.config.output_dir)] == [2] and run.progress.tokens_seen == 32
+    with pytest.raises(Terminated):  # agreed by the processes at the next step: the step is saved already
+        loop.stop_if_requested(run, agreed=True)
+    assert [step for step, _ in complete_checkpoints(run.config.output_dir)] == [2]
+
+
+def test_finish_run_evaluates_logs_and_returns_the_result(tmp_path, capsys):
+    run, train_loader = start(tmp_path, max_train_steps=4)
+    steps(run, train_loader, 1)
+    run.bar.close()
+    result = loop.finish_run(run)
+    assert result == loop.TrainingResult(run.progress, {"eval_loss": 1.5}, 4)
+    assert run.progress.tokens_seen == 16 and run.task.evaluations == 1  # one micro-batch
+    assert [(m["step"], m.get("eval_loss")) for m in read_metrics(run.config.output_dir)] == [(1, 1.5)]
+    out = capsys.readouterr().out
+    assert "final evaluation: eval_loss 1.5000\nthe tiny task's summary of 1.5\n" in out
+
+    with torch.no_grad():
+        next(run.model.parameters())[0, 0] = math.inf
+    with pytest.raises(UsageError, match=r"The weights hold 1 NaN or infinite value\(s\) at step 1"):
+        loop.finish_run(run)  # nothing evaluated of them
+    assert run.task.evaluations == 1
