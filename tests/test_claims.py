@@ -310,3 +310,28 @@ def test_the_main_jobs_minutes_say_that_they_depend_on_bf16_arithmetic():
 )
 def test_main_job_times_without_bf16_are_found(text, flagged):
     assert bool(main_job_time_statements(text)) == flagged
+
+
+def layout_tree() -> dict[str, set[str]]:
+    """The `.py` files docs/layout.md's tree names under each folder (its first `text` block: a folder at the line's
+    start, the files below it on lines indented by two spaces, several to a line, before their description)."""
+    text = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    block = text.split("```text\n", 1)[1].split("```", 1)[0]
+    named: dict[str, set[str]] = {}
+    folder = None
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            folder = line.split()[0]
+        elif folder is not None and re.match(r"  \S", line):
+            named.setdefault(folder, set()).update(re.findall(r"\w+\.py\b", line.strip().split("  ")[0]))
+    return named
+
+
+@pytest.mark.parametrize("package", ["modeling/sinusoidal_encoder/", "training/sinusoidal_encoder_training/"])
+def test_the_layout_page_names_every_module_of_each_package_and_no_other(package):
+    """docs/layout.md's tree is checked against the code: every module of each package is named in it, under its
+    folder, and every module it names there exists."""
+    on_disk = {path.name for path in (REPO / package).glob("*.py")}
+    named = layout_tree()[package]
+    assert on_disk - named == set(), f"modules docs/layout.md does not name: {sorted(on_disk - named)}"
+    assert named - on_disk == set(), f"modules docs/layout.md names that do not exist: {sorted(named - on_disk)}"

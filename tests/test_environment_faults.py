@@ -1,7 +1,7 @@
 """The machine's faults are one line too (`command_line.front`): an unwritable or missing datasets cache is refused
-before any work (`configs.check_datasets_cache`); a disk that fills or turns read-only while a command writes, memory
-running out, a data worker the system kills, an interrupt while the data is prepared: each one sentence saying what
-and what to do, with nothing that blocks the rerun."""
+before any work (`data_files.check_datasets_cache`); a disk that fills or turns read-only while a command writes,
+memory running out, a data worker the system kills, an interrupt while the data is prepared: each one sentence saying
+what and what to do, with nothing that blocks the rerun."""
 
 from __future__ import annotations
 

@@ -67,11 +67,11 @@ def command(name, tmp_path, tokenizer, monkeypatch):
         argv = [*data, "--output_dir", out, "--overwrite_output_dir", "--resume_from_checkpoint", "latest"]
         return pretraining.main, "pretrain.py", argv, out, "the checkpoint --resume_from_checkpoint latest resumes"
     if name == "pretrain into a checkout, with its shipped tokenizer":
-        from sinusoidal_encoder_training import configs
+        from sinusoidal_encoder_training.configs import pretraining as pretraining_configs
 
         checkout = tmp_path / "checkout"  # a copy: were the rule broken, the test would empty the real one
         tokenizer.save_pretrained(checkout / "tokenizer_config")
-        monkeypatch.setattr(configs, "SHIPPED_TOKENIZER", str(checkout / "tokenizer_config"))
+        monkeypatch.setattr(pretraining_configs, "SHIPPED_TOKENIZER", str(checkout / "tokenizer_config"))
         argv = [*data, "--output_dir", checkout, "--overwrite_output_dir"]
         return pretraining.main, "pretrain.py", argv, checkout, "which holds the shipped tokenizer"
     if name == "train a tokenizer on data in its output folder":

@@ -7,12 +7,11 @@ resumes (`Interrupted`, raised by the training loop); SIGTERM during training th
 (`Terminated`). A module of an extra that is not installed (`datasets`
 without the `training` extra) is an anticipated error too: one line naming the extra and the pip command that adds
 it (`require_extra`, `missing_extra`; the console scripts catch it when the stage's module is imported,
-`Command`)."""
+`console.Command`)."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import importlib
 import importlib.metadata
@@ -407,22 +406,3 @@ def environment_fault(error: OSError) -> str | None:
         else "free space on that disk, or choose a folder you can write to"
     )
     return f"cannot write {where} ({reason}): {remedy}, then run the command again."
-
-
-@dataclasses.dataclass(frozen=True)
-class Command:
-    """A console script (`console.py`): calling it parses the flags (`argv`, `sys.argv[1:]` by default) into
-    `config_class` (`--help`, and a bad value's one line, come before any library that does the work is imported),
-    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front. A stage without
-    a configuration class parses its own flags: its `main(argv)` is called."""
-
-    module: str
-    config_class: type | None = None
-
-    def __call__(self, argv: list[str] | None = None) -> None:
-        from sinusoidal_encoder_training.arguments import parse_config
-
-        with front():
-            config = None if self.config_class is None else parse_config(self.config_class, argv)
-            stage = importlib.import_module(f"sinusoidal_encoder_training.{self.module}")
-            stage.main(argv) if config is None else stage.run(config)

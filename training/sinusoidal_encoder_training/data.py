@@ -17,8 +17,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from .command_line import UsageError
-from .configs import LOCAL_FORMATS, DataConfig, _extension, check_split
+from .configs import DataConfig
 from .corpus import load_builtin_corpus
+from .data_files import LOCAL_FORMATS, _extension, check_split
 from .resources import SHIPPED_TOKENIZER  # noqa: F401  (where the stages import it from)
 
 

@@ -1,0 +1,58 @@
+"""The run configuration of every command: one frozen dataclass per command, one field per flag, each with its default
+and help, checked when built (`__post_init__`, a `UsageError` naming the flag). `parse_config` (`arguments`) makes
+the command line of a class, whose docstring heads `--help`.
+
+Importing this module imports neither torch, transformers, datasets nor tokenizers: a command parses its flags,
+answers `--help` and refuses a bad value at once, before the libraries that do the work are loaded
+(`console.py`). The stages import their configuration from here: `pretraining.PretrainingConfig` is
+`configs.PretrainingConfig`.
+"""
+
+from __future__ import annotations
+
+from .data import DataConfig
+from .distillation import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
+from .evaluation import EvaluationConfig
+from .fill_mask import FillMaskConfig
+from .finetuning import FinetuningConfig, ProblemType, TaskDataConfig
+from .onnx_export import OLDEST_ONNX_OPSET, OnnxExportConfig, check_opset, check_output, creation_failure
+from .output import COMPILE_MODES, LR_SCHEDULERS, OutputConfig, TrainingConfig
+from .pretraining import MODEL_SIZES, PretrainingConfig, parse_length_schedule
+from .tokenizer import (
+    SPECIAL_TOKENS,
+    TOKENIZER_FILES,
+    TRAINER_BYTES_PER_TOKEN,
+    TokenizerTrainingConfig,
+    physical_memory,
+    tokenizer_folder_problem,
+)
+
+__all__ = [
+    "COMPILE_MODES",
+    "DEFAULT_TEACHER",
+    "DEFAULT_TEACHER_PACKAGE",
+    "LR_SCHEDULERS",
+    "MODEL_SIZES",
+    "OLDEST_ONNX_OPSET",
+    "SPECIAL_TOKENS",
+    "TOKENIZER_FILES",
+    "TRAINER_BYTES_PER_TOKEN",
+    "DataConfig",
+    "DistillationConfig",
+    "EvaluationConfig",
+    "FillMaskConfig",
+    "FinetuningConfig",
+    "OnnxExportConfig",
+    "OutputConfig",
+    "PretrainingConfig",
+    "ProblemType",
+    "TaskDataConfig",
+    "TokenizerTrainingConfig",
+    "TrainingConfig",
+    "check_opset",
+    "check_output",
+    "creation_failure",
+    "parse_length_schedule",
+    "physical_memory",
+    "tokenizer_folder_problem",
+]
