@@ -60,6 +60,8 @@ def test_the_card_of_every_registered_scheme_describes_that_scheme(tmp_path, nam
             {"position_encoding": "rotary", "position_encoding_base": 500.0, "partial_rotary_factor": 0.5},
             "(2i, 2i+1) by pos / 500^(2i/4), in 4 of a head's 8 dimensions",
         ),
+        ({"position_encoding": "tupe"}, "(PE_i U_Q)(PE_j U_K)ᵀ/√(2·8)"),
+        ({"position_encoding": "scaled_sinusoidal", "position_encoding_base": 500.0}, "LayerNorm(E[x]·√d + α·PE)"),
     ],
 )
 def test_the_formula_carries_the_configs_values(tmp_path, fields, formula):
@@ -81,4 +83,5 @@ def test_pictures_of_the_encoding_where_its_card_says_they_apply(tmp_path, name,
 
     written = draw_pictures(str(tmp_path), tiny_config(**fields))
     assert ("encoding_heatmap.png" in written) == card.pictures == (tmp_path / "encoding_heatmap.png").exists()
-    assert card.pictures == (name == "sinusoidal")  # the encoding PE is added to the embeddings by that scheme alone
+    adds_encoding = name in POSITION_ENCODINGS and POSITION_ENCODINGS[name].embeddings
+    assert card.pictures == adds_encoding  # the pictures of PE where PE is added to the hidden states

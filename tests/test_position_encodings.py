@@ -197,6 +197,11 @@ def test_a_bias_on_the_scores_is_refused_with_flash_attention():
         ({"position_encoding": "rotary", "partial_rotary_factor": 1.5}, "partial_rotary_factor"),
         ({"position_encoding": "rotary", "position_mode": "none"}, "position_encoding"),
         ({"position_encoding_base": -1.0}, "position_encoding_base"),
+        ({"position_encoding": "tupe", "partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ({"position_encoding": "scaled_sinusoidal", "position_mode": "none"}, "position_encoding"),
+        ({"position_encoding": "sinusoidal_every_layer", "position_mode": "none"}, "position_encoding"),
+        ({"position_encoding": "tupe", "position_mode": "none"}, "position_encoding"),
+        ({"position_encoding": "tupe", "position_encoding_base": 0.0}, "position_encoding_base"),
     ],
 )
 def test_encodings_and_their_parameters_are_checked_together(overrides, field):

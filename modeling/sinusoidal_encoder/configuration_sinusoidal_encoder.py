@@ -106,6 +106,12 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         position_encoding (`str`, defaults to `"sinusoidal"`): how the positions enter the model (`positions.py`
             holds one function per encoding):
             - `"sinusoidal"`: the paper's encoding PE(pos), added to the token embeddings.
+            - `"scaled_sinusoidal"`: PE(pos) times one learned scalar α, added to the token embeddings, and a LayerNorm
+              on the sum: LayerNorm(E[x]·√d + α·PE), as in Cramming (Geiping & Goldstein 2023). α starts at 1, so
+              that the LayerNorm first receives the paper's embedding sum (Cramming starts it at 1/√d beside token
+              embeddings not scaled by √d).
+            - `"sinusoidal_every_layer"`: PE(pos) added to the token embeddings, as the paper does, and again to the
+              input of every later layer, as the Universal Transformer adds it at every step (Dehghani et al. 2019).
             - `"rotary"`: nothing is added; every attention layer rotates the first `partial_rotary_factor` of each
               query and key head, pair by pair (2i, 2i+1), by the angle pos / base^(2i/r), r the rotated size: the
               rotation that takes the sinusoidal encoding of size r from position 0 to pos (Su et al. 2021,
@@ -114,6 +120,12 @@ class SinusoidalEncoderConfig(PretrainedConfig):
               j in head h, with the paper's head slopes m_h (Press et al. 2022, "Train Short, Test Long"), made
               symmetric for an encoder. The bias needs a score for every pair of tokens: calls with padding run on
               the padded layout (not `unpad_inputs`), and flash attention is refused.
+            - `"tupe"`: untied positional attention (Ke, He & Liu 2021, "Rethinking Positional Encoding in Language
+              Pre-training"): nothing is added; the scores of head h are (x_i W_Q)(x_j W_K)ᵀ/√(2·hs) plus a
+              positional term (PE_i U_Q)(PE_j U_K)ᵀ/√(2·hs) from projections of its own, computed once per forward
+              pass and shared by every layer; the first token ([CLS]) is untied from positions: its row of the
+              term is a learned θ₁ per head, its column a learned θ₂. The term is a bias on the scores, as ALiBi's:
+              calls with padding run on the padded layout, and flash attention is refused.
             With `position_mode="none"` there is no position to encode: leave it at `"sinusoidal"`.
         partial_rotary_factor (`float`, defaults to 1.0): the share of each head's dimensions that `"rotary"`
             rotates, in (0, 1] (rounded down to an even number of dimensions); the rest carry no position.

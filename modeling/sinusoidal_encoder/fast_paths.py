@@ -184,6 +184,8 @@ def forward_unpadded(
         kwargs["position_embeddings"] = tuple(
             packed(part.expand(batch_size, seq_len, -1)) for part in in_attention.rotary
         )
+    if in_attention.layer_input is not None:  # (B or 1, T, d) -> (1, N, d)
+        kwargs["layer_positions"] = packed(in_attention.layer_input.expand(batch_size, seq_len, -1))
     outputs = model.encoder(
         hidden_states,
         None,

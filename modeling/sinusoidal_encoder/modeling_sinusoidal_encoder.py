@@ -55,7 +55,11 @@ from .inputs import check_inputs, require_one_of, selected_hidden_states
 from .positions import (
     adds_to_embeddings,
     attention_positions,
+    attention_scaling,
     default_positions,
+    encode_positions,
+    encoding_sum,
+    learned_positions,
     rotate_queries_and_keys,
     select_positions,
     sinusoidal_position_encoding,
@@ -66,9 +70,9 @@ logger = logging.get_logger(__name__)
 
 class SinusoidalEncoderEmbeddings(nn.Module):
     """Token embedding × √d plus the sinusoidal encoding of the positions, then dropout (the paper has no LayerNorm
-    here). The embeddings turn positions into vectors; which positions a token gets is the position mode's choice
-    (`positions.py`). With `position_mode="none"`, or a `position_encoding` that acts inside attention (`"rotary"`,
-    `"alibi"`), no position is added here."""
+    here; `"scaled_sinusoidal"` scales PE by a learned scalar and adds one: `add_encoding`). Which positions a token
+    gets is the position mode's choice (`positions.py`). With `position_mode="none"`, or a `position_encoding` that
+    acts inside attention (`"rotary"`, `"alibi"`, `"tupe"`), no position is added here."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
@@ -76,6 +80,7 @@ class SinusoidalEncoderEmbeddings(nn.Module):
         self.hidden_size = config.hidden_size
         self.position_encoding_base = config.position_encoding_base
         self.encodes_positions = adds_to_embeddings(config)
+        self.add_encoding = encoding_sum(config)  # tokens + PE, or a learned sum (`positions.POSITION_ENCODINGS`)
         self.scale = math.sqrt(config.hidden_size) if config.scale_embeddings else 1.0
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -103,19 +108,13 @@ class SinusoidalEncoderEmbeddings(nn.Module):
         if position_ids is None:
             position_ids, num_positions = default_positions(inputs_embeds.shape[-2], inputs_embeds.device)  # (1, T)
         encoding = self.encode_positions(position_ids, num_positions, inputs_embeds.dtype)  # (B or 1, T, d)
-        return self.dropout(inputs_embeds * self.scale + encoding)
+        return self.dropout(self.add_encoding(inputs_embeds * self.scale, encoding))
 
     def encode_positions(
         self, position_ids: torch.Tensor, num_positions: int | None = None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
-        """PE of `position_ids`: shape `(*position_ids.shape, d)`. Positions known to lie in 0…num_positions-1, more
-        of them than that, are rows of the encoding of 0…num_positions-1, computed once (the same values: each row
-        is computed exactly as it would be alone)."""
-        if num_positions is not None and position_ids.numel() > num_positions:
-            rows = torch.arange(num_positions, device=position_ids.device)  # (P,)
-            table = sinusoidal_position_encoding(rows, self.hidden_size, self.position_encoding_base, dtype)  # (P, d)
-            return table[position_ids]  # (*, d)
-        return sinusoidal_position_encoding(position_ids, self.hidden_size, self.position_encoding_base, dtype)
+        """PE of `position_ids` `(*position_ids.shape, d)`, as `positions.encode_positions` computes it."""
+        return encode_positions(position_ids, self.hidden_size, self.position_encoding_base, num_positions, dtype)
 
 
 def eager_attention_forward(
@@ -165,7 +164,7 @@ class SinusoidalEncoderSelfAttention(nn.Module):
         self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scaling = self.head_dim**-0.5
+        self.scaling = attention_scaling(config)  # 1/√hs, the paper's (`"tupe"`: 1/√(2·hs))
         self.attention_dropout = config.attention_probs_dropout_prob
         self.is_causal = False  # read by transformers' sdpa and flash integrations: an encoder attends both ways
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
@@ -295,9 +294,12 @@ class SinusoidalEncoderStack(nn.Module):
         keep = output_hidden_states
         all_hidden_states = () if keep is not None else None
         all_attentions = () if output_attentions else None
+        layer_positions = kwargs.pop("layer_positions", None)  # `"sinusoidal_every_layer"`: PE `(B or 1, T, d)`
         for index, layer in enumerate(self.layers):
             if keep is not None:
                 all_hidden_states += (hidden_states if index in keep else None,)
+            if index and layer_positions is not None:  # added again at the input of every layer after the first
+                hidden_states = hidden_states + layer_positions.to(hidden_states.dtype)
             # hidden_states goes positionally: gradient checkpointing needs the tensors that require grad there
             hidden_states, attn_weights = layer(hidden_states, attention_mask, output_attentions, **kwargs)
             if output_attentions:
@@ -412,6 +414,8 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif hasattr(module, "init_position_weights"):  # the learned parts of a position encoding (positions.py)
+            module.init_position_weights()
 
 
 class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
@@ -425,6 +429,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         super().__init__(config)
         config.check()  # again: `from_pretrained(folder, field=value)` sets fields after the config was built
         self.embeddings = SinusoidalEncoderEmbeddings(config)
+        self.learned_positions = learned_positions(config)  # `"tupe"`'s projections of PE, shared by every layer
         self.encoder = SinusoidalEncoderStack(config)
         self.post_init()
 
@@ -478,7 +483,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         positions = select_positions(
             self.config, position_ids, batch_size, seq_len, attention_mask, reference.device, self.training
         )  # ids (B or 1, T), or None: no position encoded
-        in_attention = attention_positions(self.config, positions)  # a rotation or a bias, or nothing
+        in_attention = attention_positions(self.config, positions, self.learned_positions)  # a rotation, a bias, ...
         window = self._long_input_window(seq_len)
         check_flash_takes(self.config, in_attention.bias, window)
         padded_layout = window is not None or in_attention.bias is not None or output_attentions
@@ -498,8 +503,7 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
             attention_mask = add_score_bias(attention_mask, in_attention.bias, hidden_states.dtype)
         if window is not None:
             attention_mask = restrict_to_window(attention_mask, window, seq_len, hidden_states.device)
-        if in_attention.rotary is not None:
-            kwargs["position_embeddings"] = in_attention.rotary
+        kwargs.update(in_attention.layer_arguments())  # the rotation, or PE for every layer's input
         outputs = self.encoder(
             hidden_states,
             attention_mask,

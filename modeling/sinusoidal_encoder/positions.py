@@ -4,14 +4,17 @@
 The model asks `select_positions` once per forward pass for the positions; `POSITION_MODES` holds one function per
 mode, registered with the config fields it reads (its parameters), which `check_position_config` checks together.
 Then the positions enter the model the way `position_encoding` says (`POSITION_ENCODINGS`): the paper's sinusoidal
-encoding added to the token embeddings (`sinusoidal_position_encoding`), or, inside every attention layer, a rotation
-of queries and keys (`"rotary"`) or a bias on the attention scores (`"alibi"`): `attention_positions` computes what
-the layers take, once per forward pass, and the attention applies it in one place. Each encoding, and the mode
-without positions (`"none"`), carries how a model card describes it (`PositionCard`, read by `position_card`).
+encoding added to the token embeddings (`sinusoidal_position_encoding`; `"scaled_sinusoidal"` with a learned scale
+and a LayerNorm, `ScaledEncodingSum`; `"sinusoidal_every_layer"` again at every layer's input), or, inside every
+attention layer, a rotation of queries and keys (`"rotary"`) or a bias on the attention scores (`"alibi"`, and
+`"tupe"`'s positional term, `UntiedPositionScores`): `attention_positions` computes what the layers take, once per
+forward pass, and the attention applies it in one place. The learned parts of an encoding are modules built from
+the config (`encoding_sum`, `learned_positions`). Each encoding, and the mode without positions (`"none"`), carries
+how a model card describes it (`PositionCard`, read by `position_card`).
 Adding a mode or an encoding means: its function and its entry here, its values in the config's docstring, and
 tests.
 
-This file is copied as-is into Hub repositories with the model: it imports only torch.
+This file is copied as-is into Hub repositories with the model: it imports only the standard library and torch.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import torch
+from torch import nn
 
 
 class Positions(NamedTuple):
@@ -89,6 +93,22 @@ def _angles(position_ids: torch.Tensor, dim: int, base: float) -> torch.Tensor:
     exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=position_ids.device) / dim  # (dim/2,) = 2i/d
     inv_freq = torch.pow(float(base), -exponents)  # (dim/2,)
     return position_ids.to(torch.float64).unsqueeze(-1) * inv_freq  # (*, dim/2)
+
+
+def encode_positions(
+    position_ids: torch.Tensor,
+    dim: int,
+    base: float = 10000.0,
+    num_positions: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """PE of `position_ids` `(*position_ids.shape, dim)`, as `sinusoidal_position_encoding`. Positions known to lie in
+    0…num_positions-1, more of them than that, are rows of the encoding of 0…num_positions-1, computed once (the
+    same values: each row is computed exactly as it would be alone)."""
+    if num_positions is not None and position_ids.numel() > num_positions:
+        rows = torch.arange(num_positions, device=position_ids.device)  # (P,)
+        return sinusoidal_position_encoding(rows, dim, base, dtype)[position_ids]  # (*, dim)
+    return sinusoidal_position_encoding(position_ids, dim, base, dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -193,10 +213,18 @@ def _evaluation_draw(config: Any, lengths: torch.Tensor, shape: tuple[int, int])
 class AttentionPositions(NamedTuple):
     """What a position encoding gives every attention layer, computed once per forward pass. `rotary`: the cosines
     and sines `(B or 1, T, r/2)` of the angles by which queries and keys are rotated (`rotate_queries_and_keys`), or
-    None. `bias`: added to the attention scores `(B or 1, nh, T, T)`, or None."""
+    None. `bias`: added to the attention scores `(B or 1, nh, T, T)`, or None. `layer_input`: added to the input of
+    every layer after the first `(B or 1, T, d)`, float32, or None."""
 
     rotary: tuple[torch.Tensor, torch.Tensor] | None = None
     bias: torch.Tensor | None = None
+    layer_input: torch.Tensor | None = None
+
+    def layer_arguments(self) -> dict[str, Any]:
+        """What the layers take as keyword arguments on the padded layout (the bias goes into the mask instead):
+        `position_embeddings` (the rotation), `layer_positions` (the input's encoding)."""
+        arguments = {"position_embeddings": self.rotary, "layer_positions": self.layer_input}
+        return {name: value for name, value in arguments.items() if value is not None}
 
 
 def rotary_dim(config: Any) -> int:
@@ -261,6 +289,77 @@ def no_attention_positions(config: Any, position_ids: torch.Tensor) -> Attention
     return AttentionPositions()
 
 
+def every_layer_encoding(config: Any, position_ids: torch.Tensor) -> AttentionPositions:
+    """`"sinusoidal_every_layer"`: PE, which the embeddings add as the paper does, added again to the input of every
+    later layer, as the Universal Transformer adds it at every step (Dehghani et al. 2019) `(B or 1, T, d)`."""
+    encoding = sinusoidal_position_encoding(position_ids, config.hidden_size, config.position_encoding_base)
+    return AttentionPositions(layer_input=encoding)
+
+
+class UntiedPositionScores(nn.Module):
+    """`"tupe"`: untied positional attention (Ke, He & Liu 2021, "Rethinking Positional Encoding in Language
+    Pre-training", TUPE-A) on the paper's encoding. Nothing is added to the input; the scores of head h get a
+    positional term of their own, from PE through projections of their own,
+
+        score_h(i, j) = (x_i W_Q)(x_j W_K)ᵀ / √(2·hs) + (PE_i U_Q)(PE_j U_K)ᵀ / √(2·hs)
+
+    (the word term's 1/√(2·hs) is the attention's `scaling`, `attention_scaling`), computed once per forward pass and
+    shared by every layer, as TUPE shares it. The first token, [CLS] (index 0, right padding being the convention),
+    is untied from positions: its row of the positional term is a learned θ₁ per head and its column (other tokens
+    attending to it) a learned θ₂ per head, whatever the positions. U_Q and U_K have no bias, as in the paper's
+    formula; θ₁ and θ₂ start at 0."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.hidden_size = config.hidden_size
+        self.base = config.position_encoding_base
+        self.query = nn.Linear(config.hidden_size, config.hidden_size, bias=False)  # U_Q, every head's
+        self.key = nn.Linear(config.hidden_size, config.hidden_size, bias=False)  # U_K
+        self.first_token_row = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₁ (nh,)
+        self.first_token_column = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₂ (nh,)
+
+    def forward(self, position_ids: torch.Tensor) -> AttentionPositions:
+        """The positional term of the scores `(B or 1, nh, T, T)` for `position_ids` `(B or 1, T)`, as a bias."""
+        batch_size, seq_len = position_ids.shape
+        head_dim = self.hidden_size // self.num_heads
+        encoding = sinusoidal_position_encoding(position_ids, self.hidden_size, self.base, self.query.weight.dtype)
+        query = self.query(encoding).view(batch_size, seq_len, self.num_heads, head_dim).transpose(1, 2)
+        key = self.key(encoding).view(batch_size, seq_len, self.num_heads, head_dim).transpose(1, 2)
+        scores = query @ key.transpose(-1, -2) * (2 * head_dim) ** -0.5  # (B or 1, nh, T, T)
+        first = torch.arange(seq_len, device=position_ids.device) == 0  # (T,)
+        scores = torch.where(first, self.first_token_column[:, None, None], scores)  # column 0: θ₂
+        scores = torch.where(first[:, None], self.first_token_row[:, None, None], scores)  # row 0: θ₁
+        return AttentionPositions(bias=scores)
+
+    def init_position_weights(self) -> None:
+        """θ₁ = θ₂ = 0 (the model's `_init_weights`; U_Q and U_K are initialised as every linear layer)."""
+        nn.init.zeros_(self.first_token_row)
+        nn.init.zeros_(self.first_token_column)
+
+
+class ScaledEncodingSum(nn.Module):
+    """`"scaled_sinusoidal"` (Cramming, Geiping & Goldstein 2023, after FLASH, Hua et al. 2022): the embeddings'
+    sum LayerNorm(E[x]·√d + α·PE), the paper's encoding times one learned scalar α, and a LayerNorm on the sum.
+
+    α starts at 1, so that at initialisation the sum the LayerNorm receives is the paper's embedding sum bit for bit
+    (`"sinusoidal"`'s h₀); Cramming starts it at 1/√d, beside token embeddings that are not scaled by √d, which gives
+    about the same ratio of encoding to token embedding as α = 1 beside E[x]·√d here."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.position_scale = nn.Parameter(torch.ones(1))  # α
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, tokens: torch.Tensor, encoding: torch.Tensor) -> torch.Tensor:
+        """`tokens` E[x]·√d `(B, T, d)`, `encoding` PE `(B or 1, T, d)`: LayerNorm(tokens + α·PE) `(B, T, d)`."""
+        return self.norm(tokens + self.position_scale * encoding)
+
+    def init_position_weights(self) -> None:
+        """α = 1 (the model's `_init_weights`; the LayerNorm is initialised as every LayerNorm)."""
+        nn.init.ones_(self.position_scale)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the registry and its checks
 
@@ -299,12 +398,18 @@ class PositionMode:
 class PositionEncoding:
     """A way positions enter the model: added to the token embeddings (`embeddings`), or what every attention layer
     takes (`attention`, returning `AttentionPositions`), the config fields it reads, and how a model card describes
-    it (`card`)."""
+    it (`card`). Where it has learned parts: `embedding_sum`, the module (built from the config) that adds PE to
+    the scaled token embeddings, `sum(tokens, encoding)`, in place of the plain sum; `module`, the module (built once
+    by the model) that computes what attention takes from the positions, `module(position_ids)`, in place of
+    `attention` (None then). `scaling_factor`: the attention scores q·k are scaled by 1/√(scaling_factor·hs)."""
 
-    attention: Callable[[Any, torch.Tensor], AttentionPositions]
+    attention: Callable[[Any, torch.Tensor], AttentionPositions] | None
     embeddings: bool = False
     parameters: tuple[str, ...] = ()
     card: PositionCard = field(kw_only=True)
+    embedding_sum: Callable[[Any], nn.Module] | None = field(default=None, kw_only=True)
+    module: Callable[[Any], nn.Module] | None = field(default=None, kw_only=True)
+    scaling_factor: int = field(default=1, kw_only=True)
 
 
 _DRAWN = ("position_range", "position_seed", "position_inference")
@@ -343,6 +448,66 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
             "encodings extrapolate poorly",
             tags=("sinusoidal-position-encoding",),
             pictures=True,
+        ),
+    ),
+    "scaled_sinusoidal": PositionEncoding(
+        no_attention_positions,
+        embeddings=True,
+        parameters=("position_encoding_base",),
+        embedding_sum=ScaledEncodingSum,
+        card=PositionCard(
+            summary="the sinusoidal encoding of *Attention Is All You Need* (Vaswani et al., 2017) scaled by a "
+            "learned scalar and added to its token embeddings, with a LayerNorm on the sum (as in *Cramming*, "
+            "Geiping & Goldstein, 2023)",
+            formula="h₀ = LayerNorm(E[x]·√d + α·PE)        α learned,   PE(pos, 2i) = sin(pos / {base}^(2i/d)),   "
+            "PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            note="The encoding itself has no parameters: it is computed from the positions, exactly, in every forward "
+            "pass; its scale α (1 at initialisation) and the LayerNorm after the sum are learned.",
+            length="The encoding is defined at every position",
+            extrapolation="the literature (Press et al., 2022, *Train Short, Test Long*) finds that sinusoidal "
+            "encodings added to the embeddings extrapolate poorly",
+            tags=("scaled-sinusoidal-position-encoding",),
+            pictures=True,
+        ),
+    ),
+    "sinusoidal_every_layer": PositionEncoding(
+        every_layer_encoding,
+        embeddings=True,
+        parameters=("position_encoding_base",),
+        card=PositionCard(
+            summary="the sinusoidal encoding of *Attention Is All You Need* (Vaswani et al., 2017) added to its token "
+            "embeddings and again to the input of every later layer, as the *Universal Transformer* adds it at "
+            "every step (Dehghani et al., 2019)",
+            formula="h₀ = E[x]·√d + PE,   the input of each later layer: h + PE        PE(pos, 2i) = "
+            "sin(pos / {base}^(2i/d)),   PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            note="The encoding has no parameters: it is computed from the positions, exactly, once per forward pass, "
+            "and added before every layer.",
+            length="The encoding is defined at every position",
+            extrapolation="the literature (Press et al., 2022, *Train Short, Test Long*) finds that sinusoidal "
+            "encodings added to the embeddings extrapolate poorly",
+            tags=("sinusoidal-position-encoding-every-layer",),
+            pictures=True,
+        ),
+    ),
+    "tupe": PositionEncoding(
+        None,
+        parameters=("position_encoding_base",),
+        module=UntiedPositionScores,
+        scaling_factor=2,
+        card=PositionCard(
+            summary="untied positional attention (TUPE: Ke, He & Liu, 2021, *Rethinking Positional Encoding in "
+            "Language Pre-training*) on the sinusoidal encoding of *Attention Is All You Need*, in place of an "
+            "encoding added to its embeddings",
+            formula="h₀ = E[x]·√d\nattention, head h: score(i, j) = (x_i W_Q)(x_j W_K)ᵀ/√(2·{head}) + (PE_i U_Q)(PE_j "
+            "U_K)ᵀ/√(2·{head}), PE(pos, 2i) = sin(pos / {base}^(2i/d)), PE(pos, 2i+1) = cos(pos / {base}^(2i/d)); "
+            "the positional term computed once and shared by every layer; the first token's ([CLS]) row and "
+            "column of it a learned θ₁ and θ₂ per head",
+            note="The encoding has no parameters; its projections U_Q and U_K (one per head) and the [CLS] scalars "
+            "θ₁, θ₂ are learned, one set shared by all layers.",
+            length="The positional term is defined at every position",
+            extrapolation="TUPE was measured at its pre-training length; sinusoidal encodings are reported to "
+            "extrapolate poorly (Press et al., 2022, *Train Short, Test Long*)",
+            tags=("tupe",),
         ),
     ),
     "rotary": PositionEncoding(
@@ -466,13 +631,38 @@ def select_positions(
     return POSITION_MODES[config.position_mode].select(request)
 
 
-def attention_positions(config: Any, positions: Positions) -> AttentionPositions:
+def attention_positions(config: Any, positions: Positions, learned: nn.Module | None = None) -> AttentionPositions:
     """What every attention layer takes from the positions of a forward pass (`select_positions`), by
     `config.position_encoding`: nothing for the sinusoidal encoding (added to the embeddings) or without positions,
-    the rotation of `"rotary"`, the bias of `"alibi"`."""
+    the rotation of `"rotary"`, the bias of `"alibi"`, the encoding again at every layer's input with
+    `"sinusoidal_every_layer"`; from `learned`, the model's module of an encoding with learned parts in attention
+    (`learned_positions`), what it computes (the positional term of `"tupe"`)."""
     if positions.ids is None:
         return AttentionPositions()
+    if learned is not None:
+        return learned(positions.ids)
     return POSITION_ENCODINGS[config.position_encoding].attention(config, positions.ids)
+
+
+def learned_positions(config: Any) -> nn.Module | None:
+    """The module of an encoding with learned parts that act in attention (`PositionEncoding.module`, built once by
+    the model: `"tupe"`'s projections), or None."""
+    module = POSITION_ENCODINGS[config.position_encoding].module
+    return None if module is None or config.position_mode == "none" else module(config)
+
+
+def attention_scaling(config: Any) -> float:
+    """The scaling of the attention scores q·k: 1/√hs, the paper's; 1/√(2·hs) for `"tupe"`, whose positional term
+    is the other half (`PositionEncoding.scaling_factor`)."""
+    head_dim = config.hidden_size // config.num_attention_heads
+    return (head_dim * POSITION_ENCODINGS[config.position_encoding].scaling_factor) ** -0.5
+
+
+def encoding_sum(config: Any) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """How the embeddings add PE to the scaled token embeddings, `sum(tokens, encoding)`: the plain sum
+    (`torch.add`, the paper's), or the module of an encoding that learns how (`"scaled_sinusoidal"`)."""
+    embedding_sum = POSITION_ENCODINGS[config.position_encoding].embedding_sum
+    return torch.add if embedding_sum is None or config.position_mode == "none" else embedding_sum(config)
 
 
 def adds_to_embeddings(config: Any) -> bool:
