@@ -19,6 +19,12 @@ order, masks, steps, optimiser, schedule and seed (the flags of training/pretrai
                     by their positions in every layer (RoFormer; ModernBERT, NeoBERT), the encoding's frequencies
     alibi           ours with `position_encoding="alibi"`: nothing added; a bias -m_h·|i - j| on the scores of every
                     layer (Press et al. 2022), symmetric
+    scaled_sinusoidal  ours with `position_encoding="scaled_sinusoidal"`: LayerNorm(E[x]·√d + α·PE), α learned
+                    (Cramming, Geiping & Goldstein 2023)
+    every_layer     ours with `position_encoding="sinusoidal_every_layer"`: PE added again at every layer's input
+                    (as the Universal Transformer does, Dehghani et al. 2019)
+    tupe            ours with `position_encoding="tupe"`: nothing added; a positional term (PE U_Q)(PE U_K)ᵀ/√(2·hs)
+                    on the scores, shared by the layers, [CLS] untied (Ke, He & Liu 2021)
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
@@ -79,6 +85,9 @@ ARMS = {
     "no_position": "ours, no position encoding (ablation)",
     "rotary": "ours, rotary positions on queries and keys",
     "alibi": "ours, ALiBi bias on the attention scores",
+    "scaled_sinusoidal": "ours, the encoding times a learned scalar, LayerNorm on the sum (Cramming)",
+    "every_layer": "ours, the encoding added again at every layer's input",
+    "tupe": "ours, untied positional attention on the encoding (TUPE)",
 }
 DEFAULT_ARMS = ["shipped", "stratified", "bert", "no_position", "rotary", "alibi"]
 DONE = "experiment_run.json"  # written last into a finished run's folder
@@ -222,6 +231,9 @@ def arm_overrides(config: LengthGeneralizationConfig, arm: str) -> str | None:
         "no_position": "position_mode=none",
         "rotary": "position_encoding=rotary",
         "alibi": "position_encoding=alibi",
+        "scaled_sinusoidal": "position_encoding=scaled_sinusoidal",
+        "every_layer": "position_encoding=sinusoidal_every_layer",
+        "tupe": "position_encoding=tupe",
     }.get(arm)
     return ",".join(part for part in (config.model_overrides, own) if part) or None
 

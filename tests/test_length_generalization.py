@@ -37,6 +37,12 @@ def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
         recipe + ",position_mode=stratified,position_inference=evenly_spaced"
     )
     assert settings["offset"].config_overrides == recipe + ",position_mode=random_offset,max_position_offset=96"
+    for arm, encoding in (
+        ("scaled_sinusoidal", "scaled_sinusoidal"),
+        ("every_layer", "sinusoidal_every_layer"),
+        ("tupe", "tupe"),
+    ):
+        assert settings[arm].config_overrides == recipe + f",position_encoding={encoding}"
     common = [dataclasses.replace(s, config_overrides=None, output_dir="") for s in settings.values()]
     assert all(run == common[0] for run in common) and common[0].seed == 3
     assert lg.arm_model("no_position", settings["no_position"]) is None  # built by pretraining from the settings
