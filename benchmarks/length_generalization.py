@@ -364,7 +364,8 @@ def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Ten
     return log_probs
 
 
-SINUSOIDAL_ARMS = ("shipped", "offset")  # the arms with positions 0…T-1 at inference: they can be scaled or windowed
+# the arms with positions 0…T-1 at inference that read them through the paper's PE: they can be scaled or windowed
+SINUSOIDAL_ARMS = ("shipped", "offset", "scaled_sinusoidal", "every_layer", "tupe")
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
 # inference-time remedies measured past the training length, by result key: what the table calls them
 VARIANTS = {
@@ -659,7 +660,7 @@ def plot(summary: dict, path: str) -> None:
         gaps = [_mean(data["order_gap"][str(length)]) for length in lengths]
         right.plot(lengths, gaps, marker="o", color=line[0].get_color())
         windowed = data.get(f"window{WINDOWS[0]}_loss") or {}
-        if arm in SINUSOIDAL_ARMS and windowed:  # the shipped remedy, on the paper's positions and the offset arm
+        if arm in SINUSOIDAL_ARMS and windowed:  # the shipped remedy, on the arms of the paper's PE
             xs = [length for length in lengths if str(length) in windowed]
             ys = [_mean(windowed[str(length)]) for length in xs]
             ax.plot(
