@@ -414,6 +414,9 @@ class PositionEncoding:
 
 _DRAWN = ("position_range", "position_seed", "position_inference")
 
+# the definition of the paper's PE as the model cards write it ({base}: the config's position_encoding_base)
+PE_DEFINITION = "PE(pos, 2i) = sin(pos / {base}^(2i/d)),   PE(pos, 2i+1) = cos(pos / {base}^(2i/d))"
+
 POSITION_MODES: dict[str, PositionMode] = {
     "consecutive": PositionMode(consecutive_positions),
     "random_offset": PositionMode(random_offset_positions, ("max_position_offset",)),
@@ -440,8 +443,7 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
         card=PositionCard(
             summary="the fixed sinusoidal position encoding of *Attention Is All You Need* (Vaswani et al., 2017) "
             "added to its token embeddings",
-            formula="h₀ = E[x]·√d + PE        PE(pos, 2i) = sin(pos / {base}^(2i/d)),   "
-            "PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            formula="h₀ = E[x]·√d + PE        " + PE_DEFINITION,
             note="The encoding has no parameters: it is computed from the positions, exactly, in every forward pass.",
             length="The encoding is defined at every position",
             extrapolation="the literature (Press et al., 2022, *Train Short, Test Long*) finds that sinusoidal "
@@ -459,8 +461,7 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
             summary="the sinusoidal encoding of *Attention Is All You Need* (Vaswani et al., 2017) scaled by a "
             "learned scalar and added to its token embeddings, with a LayerNorm on the sum (as in *Cramming*, "
             "Geiping & Goldstein, 2023)",
-            formula="h₀ = LayerNorm(E[x]·√d + α·PE)        α learned,   PE(pos, 2i) = sin(pos / {base}^(2i/d)),   "
-            "PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            formula="h₀ = LayerNorm(E[x]·√d + α·PE)        α learned,   " + PE_DEFINITION,
             note="The encoding itself has no parameters: it is computed from the positions, exactly, in every forward "
             "pass; its scale α (1 at initialisation) and the LayerNorm after the sum are learned.",
             length="The encoding is defined at every position",
@@ -478,8 +479,7 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
             summary="the sinusoidal encoding of *Attention Is All You Need* (Vaswani et al., 2017) added to its token "
             "embeddings and again to the input of every later layer, as the *Universal Transformer* adds it at "
             "every step (Dehghani et al., 2019)",
-            formula="h₀ = E[x]·√d + PE,   the input of each later layer: h + PE        PE(pos, 2i) = "
-            "sin(pos / {base}^(2i/d)),   PE(pos, 2i+1) = cos(pos / {base}^(2i/d))",
+            formula="h₀ = E[x]·√d + PE,   the input of each later layer: h + PE        " + PE_DEFINITION,
             note="The encoding has no parameters: it is computed from the positions, exactly, once per forward pass, "
             "and added before every layer.",
             length="The encoding is defined at every position",
