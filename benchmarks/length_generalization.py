@@ -25,6 +25,9 @@ order, masks, steps, optimiser, schedule and seed (the flags of training/pretrai
                     (as the Universal Transformer does, Dehghani et al. 2019)
     tupe            ours with `position_encoding="tupe"`: nothing added; a positional term (PE U_Q)(PE U_K)ᵀ/√(2·hs)
                     on the scores, shared by the layers, [CLS] untied (Ke, He & Liu 2021)
+    tupe_offset     `tupe` trained with `position_mode="random_offset"` as the `offset` arm: every sequence's positions
+                    shifted by a random offset in training, so that only relative positions carry information
+                    (SHAPE, Kiyono et al. 2021, on the paper's sinusoids)
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
@@ -88,6 +91,7 @@ ARMS = {
     "scaled_sinusoidal": "ours, the encoding times a learned scalar, LayerNorm on the sum (Cramming)",
     "every_layer": "ours, the encoding added again at every layer's input",
     "tupe": "ours, untied positional attention on the encoding (TUPE)",
+    "tupe_offset": "ours, TUPE with a random position offset in training (SHAPE)",
 }
 DEFAULT_ARMS = ["shipped", "stratified", "bert", "no_position", "rotary", "alibi"]
 DONE = "experiment_run.json"  # written last into a finished run's folder
@@ -234,6 +238,8 @@ def arm_overrides(config: LengthGeneralizationConfig, arm: str) -> str | None:
         "scaled_sinusoidal": "position_encoding=scaled_sinusoidal",
         "every_layer": "position_encoding=sinusoidal_every_layer",
         "tupe": "position_encoding=tupe",
+        "tupe_offset": "position_encoding=tupe,position_mode=random_offset,"
+        f"max_position_offset={config.random_position_offset}",
     }.get(arm)
     return ",".join(part for part in (config.model_overrides, own) if part) or None
 
@@ -365,7 +371,7 @@ def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Ten
 
 
 # the arms with positions 0…T-1 at inference that read them through the paper's PE: they can be scaled or windowed
-SINUSOIDAL_ARMS = ("shipped", "offset", "scaled_sinusoidal", "every_layer", "tupe")
+SINUSOIDAL_ARMS = ("shipped", "offset", "scaled_sinusoidal", "every_layer", "tupe", "tupe_offset")
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
 # inference-time remedies measured past the training length, by result key: what the table calls them
 VARIANTS = {

@@ -43,6 +43,9 @@ def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
         ("tupe", "tupe"),
     ):
         assert settings[arm].config_overrides == recipe + f",position_encoding={encoding}"
+    assert settings["tupe_offset"].config_overrides == (
+        recipe + ",position_encoding=tupe,position_mode=random_offset,max_position_offset=96"
+    )
     common = [dataclasses.replace(s, config_overrides=None, output_dir="") for s in settings.values()]
     assert all(run == common[0] for run in common) and common[0].seed == 3
     assert lg.arm_model("no_position", settings["no_position"]) is None  # built by pretraining from the settings
