@@ -1,7 +1,8 @@
 """Packaging metadata lives in pyproject.toml; this file adds what follows from the repository: the console scripts,
-one per entry of the command table (training/sinusoidal_encoder_training/commands.py, which imports nothing), and the
-two non-code files the training library reads (the shipped tokenizer and the model card template, at the top of the
-repository), under `sinusoidal_encoder_training/resources/`, so that a wheel or a non-editable install carries them."""
+one per entry of the command table (training/sinusoidal_encoder_training/cli/commands.py, which imports
+nothing), and the two non-code files the training library reads (the shipped tokenizer and the model card template,
+at the top of the repository), under `sinusoidal_encoder_training/resources/`, so that a wheel or a non-editable
+install carries them."""
 
 import runpy
 import shutil
@@ -23,7 +24,7 @@ class BuildPyWithResources(build_py):
             shutil.copyfile(ROOT / name, target / name)
 
 
-COMMANDS = runpy.run_path(str(ROOT / "training" / "sinusoidal_encoder_training" / "commands.py"))
+COMMANDS = runpy.run_path(str(ROOT / "training" / "sinusoidal_encoder_training" / "cli" / "commands.py"))
 
 setup(
     cmdclass={"build_py": BuildPyWithResources},

@@ -218,8 +218,8 @@ def data_pipeline_tokens_per_second(limit_docs: int = 3000) -> float:
     import datasets
     from transformers import AutoTokenizer
 
-    from sinusoidal_encoder_training.corpus import load_builtin_corpus
-    from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER, tokenize_and_pack
+    from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
+    from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER, tokenize_and_pack
 
     datasets.disable_caching()
     datasets.disable_progress_bars()

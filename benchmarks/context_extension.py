@@ -28,10 +28,10 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, check_seeds, parse_config
-from sinusoidal_encoder_training.command_line import UsageError, front
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds, parse_config
+from sinusoidal_encoder_training.cli.command_line import UsageError, front
 from sinusoidal_encoder_training.configs import MODEL_SIZES
-from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
+from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER
 
 EXTENDED, SCRATCH = "extended", "scratch"
 

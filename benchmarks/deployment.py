@@ -62,8 +62,8 @@ import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto clas
 from benchmarks.batches import INFERENCE_BATCHES
 from benchmarks.bert_reference import bert_config
 from benchmarks.machine import cpu_description, git_commit
-from sinusoidal_encoder_training.onnx_export import export_onnx
-from sinusoidal_encoder_training.tasks import TASKS
+from sinusoidal_encoder_training.publishing.onnx_export import export_onnx
+from sinusoidal_encoder_training.tasks.registry import TASKS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATHS = ("pytorch-fp32", "pytorch-bf16", "onnxruntime-fp32", "onnxruntime-int8")
@@ -96,7 +96,7 @@ EVAL_BATCH = 16  # passages per forward in the accuracy measurements
 
 
 def auto_class(head: str):
-    """The Auto class of an export task of `sinusoidal_encoder_training.tasks.TASKS`, or of "classifier"."""
+    """The Auto class of an export task of `sinusoidal_encoder_training.tasks.registry.TASKS`, or of "classifier"."""
     return (
         AutoModelForSequenceClassification if head == "classifier" else getattr(transformers, TASKS[head].auto_class)
     )
@@ -366,7 +366,7 @@ def classifier_figures(predictors: dict[str, Predict], tokenizer, texts, labels,
 def validation_task(classifier: str, max_passages: int | None):
     """The validation split of the built-in fine-tuning task (`finetuning.load_task_data`: the corpus's own split,
     passages labelled with their library), at most `max_passages` of it, and the input length of fine-tuning."""
-    from sinusoidal_encoder_training.finetuning import FinetuningConfig, load_task_data
+    from sinusoidal_encoder_training.stages.finetuning import FinetuningConfig, load_task_data
 
     unused = os.path.join(tempfile.gettempdir(), "unused")  # nothing is written: the config is only read
     config = FinetuningConfig(model_name_or_path=classifier, output_dir=unused, max_eval_samples=max_passages)

@@ -212,7 +212,7 @@ def workload(which: str, path: str, mode: str, shape: Shape, device: torch.devic
     """One call of a cell on the device: a bf16 mixed-precision training step (forward under autocast, backward,
     AdamW on fp32 weights) or a forward of the model in bf16."""
     from sinusoidal_encoder_training.configs import TrainingConfig
-    from sinusoidal_encoder_training.optimization import make_optimizer
+    from sinusoidal_encoder_training.runs.optimization import make_optimizer
 
     model = build_model(which, path, shape)  # seeded, on the CPU
     batch = {name: tensor.to(device) for name, tensor in inputs(path, shape.vocab_size).items()}

@@ -79,7 +79,7 @@ class PerRowMasking:
     def __init__(self, tokenizer, probability: float, seed: int):
         from transformers import DataCollatorForLanguageModeling
 
-        from sinusoidal_encoder_training.data import derive_seed
+        from sinusoidal_encoder_training.data.pipeline import derive_seed
 
         self.collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=probability, return_tensors="pt")
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
@@ -115,8 +115,13 @@ def measure(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer, DataCollatorWithPadding
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
-    from sinusoidal_encoder_training.accelerator import loader_settings
-    from sinusoidal_encoder_training.data import BatchedRows, IndexedExamples, KeyedMaskingCollator, PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import (
+        BatchedRows,
+        IndexedExamples,
+        KeyedMaskingCollator,
+        PaddingCollator,
+    )
+    from sinusoidal_encoder_training.runs.accelerator import loader_settings
 
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -22,7 +22,7 @@ def read_metrics(folder: Path) -> list[dict]:
 
 def curve_rows(metrics: list[dict]) -> list[dict]:
     """One row per evaluation: step, tokens seen, eval loss, unigram baseline, order gap."""
-    from sinusoidal_encoder_training.plots import tokens_per_step
+    from sinusoidal_encoder_training.publishing.plots import tokens_per_step
 
     per_step = tokens_per_step(metrics)
     if per_step is None:
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics = read_metrics(args.folder)
     rows = curve_rows(metrics)
     write_table(rows, args.output.with_suffix(".md"), args.command)
-    from sinusoidal_encoder_training.plots import plot_losses
+    from sinusoidal_encoder_training.publishing.plots import plot_losses
 
     plot_losses(str(args.output.with_suffix(".png")), metrics, by_tokens=True)
     last = rows[-1] if rows else None

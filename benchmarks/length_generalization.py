@@ -33,7 +33,9 @@ then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tok
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
 arms). Past the training length the sinusoidal arms are measured with the inference-time candidates too: positions
 scaled into the trained range, and `long_input_attention_window` (attention within ±63 or ±127 tokens). It
-fine-tunes the --finetune_arms on the offline downstream task, and writes `results.json`, `results.md` (the
+fine-tunes the --finetune_arms, every seed, on the --downstream_tasks: the built-in task of scripts/finetune.sh (which
+library a passage documents) and an order task made from the built-in corpus (`order_task_files`: a passage in
+order or with its quarters shuffled, the same words either way), and writes `results.json`, `results.md` (the
 tables), `length_generalization.png` (loss against evaluation length) and `learning_curves.png` (validation loss
 and order gap during pretraining, every seed) into --output_dir, and a Hub-ready folder `published/` (the offset
 arm configured with the window that measured best, whose model card carries the table and the plot). Everything is
@@ -45,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import shutil
 import statistics
 import time
@@ -64,20 +67,24 @@ from transformers import (
 from transformers.modeling_outputs import MaskedLMOutput
 
 from benchmarks.bert_reference import bert_config
-from sinusoidal_encoder_training import finetuning, pretraining
-from sinusoidal_encoder_training.accelerator import bf16_is_fast
-from sinusoidal_encoder_training.arguments import FlagConfig, check_positive, check_seeds, parse_config
-from sinusoidal_encoder_training.command_line import front
-from sinusoidal_encoder_training.corpus import load_builtin_corpus
-from sinusoidal_encoder_training.data import (
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds, parse_config
+from sinusoidal_encoder_training.cli.command_line import front
+from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
+from sinusoidal_encoder_training.data.pipeline import (
     SHIPPED_TOKENIZER,
     IndexedExamples,
     KeyedMaskingCollator,
     tokenize_and_pack,
 )
-from sinusoidal_encoder_training.evaluation import MaskedLMEvaluation, unigram_log_probs
-from sinusoidal_encoder_training.export import published_config, save_tokenizer, write_sentence_transformers_files
-from sinusoidal_encoder_training.metrics_log import perplexity, read_metrics
+from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, unigram_log_probs
+from sinusoidal_encoder_training.publishing.export import (
+    published_config,
+    save_tokenizer,
+    write_sentence_transformers_files,
+)
+from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast
+from sinusoidal_encoder_training.runs.metrics_log import perplexity, read_metrics
+from sinusoidal_encoder_training.stages import finetuning, pretraining
 
 ARMS = {
     "shipped": "ours as shipped (consecutive positions)",
@@ -94,6 +101,12 @@ ARMS = {
     "tupe_offset": "ours, TUPE with a random position offset in training (SHAPE)",
 }
 DEFAULT_ARMS = ["shipped", "stratified", "bert", "no_position", "rotary", "alibi"]
+DOWNSTREAM_TASKS = {
+    "library": "which library a passage documents (the built-in task of scripts/finetune.sh)",
+    "order": "whether a passage's four quarters are in order (the same words either way: order alone decides)",
+}
+ORDER_TASK_WORDS = 64  # words per passage of the order task (within the training length in tokens)
+ORDER_TASK_SIZES = {"train": 8000, "validation": 1000}  # passages per split, at most
 DONE = "experiment_run.json"  # written last into a finished run's folder
 TRAIN_LENGTH = 128
 
@@ -144,6 +157,13 @@ class LengthGeneralizationConfig(FlagConfig):
     )
     finetune_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "Fine-tuning steps of every arm (none: one epoch, as scripts/finetune.sh)."}
+    )
+    downstream_tasks: list[str] = dataclasses.field(
+        default_factory=lambda: list(DOWNSTREAM_TASKS),
+        metadata={
+            "help": "Tasks the --finetune_arms are fine-tuned on, every seed.",
+            "choices": list(DOWNSTREAM_TASKS),
+        },
     )
     eval_tokens_per_batch: int = dataclasses.field(default=8192, metadata={"help": "Evaluation batch size in tokens."})
     mask_seed: int = dataclasses.field(default=1234, metadata={"help": "Seed of the evaluation masks (all arms)."})
@@ -428,12 +448,58 @@ def evaluate_arm(
 # fine-tuning downstream
 
 
-def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dict[str, float]:
-    folder = os.path.join(config.output_dir, "finetune", arm)
+def order_task_files(config: LengthGeneralizationConfig) -> dict[str, str]:
+    """The order task, from the built-in corpus, as JSON lines files (split -> path), written once: each passage's
+    first `ORDER_TASK_WORDS` words cut into four quarters, given in order ("in order") or in a random other order
+    ("shuffled"), half of each, drawn with a fixed seed. Both labels have the same words, so a model that ignores
+    order scores the majority's accuracy (the TF-IDF baseline too); only the order of the words tells the label."""
+    folder = os.path.join(config.output_dir, "order_task")
+    paths = {split: os.path.join(folder, f"{split}.jsonl") for split in ORDER_TASK_SIZES}
+    if all(os.path.exists(path) for path in paths.values()):
+        return paths
+    os.makedirs(folder, exist_ok=True)
+    corpus = load_builtin_corpus()
+    for split, limit in ORDER_TASK_SIZES.items():
+        draw = random.Random(f"order-task-{split}")
+        rows = []
+        for text in corpus[split]["text"]:
+            words = text.split()[:ORDER_TASK_WORDS]
+            if len(words) < ORDER_TASK_WORDS // 2:
+                continue
+            quarters = [words[i * len(words) // 4 : (i + 1) * len(words) // 4] for i in range(4)]
+            shuffled = draw.random() < 0.5
+            order = list(range(4))
+            while shuffled and order == sorted(order):
+                draw.shuffle(order)
+            rows.append(
+                {
+                    "text": " ".join(w for i in order for w in quarters[i]),
+                    "label": "shuffled" if shuffled else "in order",
+                }
+            )
+            if len(rows) == limit:
+                break
+        temporary = f"{paths[split]}.incomplete-{os.getpid()}"  # two arms may write it at once
+        with open(temporary, "w") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in rows)
+        os.replace(temporary, paths[split])
+    return paths
+
+
+def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int, task: str = "library") -> dict[str, float]:
+    """The arm's pretrained model of `seed` fine-tuned on the downstream `task` (`DOWNSTREAM_TASKS`) with the same
+    seed, scored with the majority and TF-IDF baselines on the same split; kept in its folder once finished."""
+    folder = os.path.join(config.output_dir, "finetune", task, arm, f"seed{seed}")
     finished = read_finished(folder)
     if finished is not None:
         return finished
+    if arm == "no_position":
+        raise ValueError("The ablation arm is not fine-tuned (its saved folder carries no switch for the encoding).")
     pretrained = run_folder(config, arm, seed)
+    data = {}
+    if task == "order":
+        files = order_task_files(config)
+        data = {"train_file": files["train"], "validation_file": files["validation"], "baselines": True}
     finetuning_config = finetuning.FinetuningConfig(
         model_name_or_path=pretrained,
         output_dir=folder,
@@ -448,10 +514,9 @@ def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
         checkpoints_total_limit=1,
         resume_from_checkpoint="latest",
         seed=seed,
+        **data,
     )
-    print(f"\n=== fine-tuning {arm} on the offline downstream task -> {folder}")
-    if arm == "no_position":
-        raise ValueError("The ablation arm is not fine-tuned (its saved folder carries no switch for the encoding).")
+    print(f"\n=== fine-tuning {arm}, seed {seed}, on the {task} task -> {folder}")
     model_init = None  # ours: the library's own loading
     if arm == "bert":
 
@@ -463,10 +528,6 @@ def finetune_arm(config: LengthGeneralizationConfig, arm: str, seed: int) -> dic
     with open(os.path.join(folder, DONE), "w") as handle:
         json.dump(final, handle, indent=2)
     return final
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# report
 
 
 def summarise(config: LengthGeneralizationConfig, runs: dict, evaluations: dict, finetuned: dict) -> dict[str, Any]:
@@ -497,7 +558,20 @@ def summarise(config: LengthGeneralizationConfig, runs: dict, evaluations: dict,
             "learning_curves": learning_curves(config, arm, seeds),
             "tokens_seen": runs[arm, seeds[0]]["tokens_seen"],
             "parameters": runs[arm, seeds[0]]["parameters"],
-            "finetune": finetuned.get(arm),
+            "finetune": {
+                task: {
+                    "accuracy": [final["eval_accuracy"] for final in finetuned[arm, task]],
+                    "macro_f1": [final["eval_macro_f1"] for final in finetuned[arm, task]],
+                    "baselines": {
+                        name: finetuned[arm, task][0][f"{name}_accuracy"]
+                        for name in ("majority", "tfidf_logreg")
+                        if f"{name}_accuracy" in finetuned[arm, task][0]
+                    },
+                }
+                for task in config.downstream_tasks
+                if (arm, task) in finetuned
+            }
+            or None,
         }
     return summary
 
@@ -517,6 +591,12 @@ def learning_curves(config: LengthGeneralizationConfig, arm: str, seeds: Sequenc
 
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values)
+
+
+def _with_spread(values: list[float]) -> str:
+    """The mean, and half the spread between the seeds when there are several."""
+    spread = f" ± {(max(values) - min(values)) / 2:.3f}" if len(values) > 1 else ""
+    return f"{_mean(values):.3f}{spread}"
 
 
 POSITION_OPTIONS = ("shipped", "ordered_subset", "stratified", "offset", "rotary", "alibi")  # our arms with positions
@@ -633,27 +713,29 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
     tuned = {arm: data["finetune"] for arm, data in summary["arms"].items() if data["finetune"]}
     budget = f"{config.finetune_steps} steps" if config.finetune_steps else "one epoch, as scripts/finetune.sh"
     if tuned:
+        tasks = [task for task in config.downstream_tasks if any(task in scores for scores in tuned.values())]
         lines += [
             "",
-            f"Fine-tuned on the offline downstream task ({budget}, seed {config.seeds[0]}):",
+            f"Fine-tuned downstream ({budget}, lr 1e-4, 32 per step, inputs truncated to {TRAIN_LENGTH} tokens; "
+            "accuracy on the validation split, mean ± half the spread over the seeds):",
             "",
-            "| arm | accuracy | macro-F1 |",
-            "|---|---|---|",
         ]
-        for arm, final in tuned.items():
-            lines.append(f"| {ARMS[arm]} | {final['eval_accuracy']:.3f} | {final['eval_macro_f1']:.3f} |")
+        lines += [f"- {task}: {DOWNSTREAM_TASKS[task]}" for task in tasks]
+        lines += ["", "| arm | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+        for arm, scores in tuned.items():
+            cells = [_with_spread(scores[task]["accuracy"]) if task in scores else "" for task in tasks]
+            lines.append(f"| {ARMS[arm]} | " + " | ".join(cells) + " |")
         first = next(iter(tuned.values()))
-        if "majority_accuracy" in first:
-            lines.append(f"| majority class | {first['majority_accuracy']:.3f} | {first['majority_macro_f1']:.3f} |")
-            lines.append(
-                f"| TF-IDF + logistic regression | {first['tfidf_logreg_accuracy']:.3f} | "
-                f"{first['tfidf_logreg_macro_f1']:.3f} |"
-            )
+        for name, label in (("majority", "majority class"), ("tfidf_logreg", "TF-IDF + logistic regression")):
+            found = [first.get(task, {}).get("baselines", {}).get(name) for task in tasks]
+            cells = ["" if value is None else f"{value:.3f}" for value in found]
+            if any(cells):
+                lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot(summary: dict, path: str) -> None:
-    from sinusoidal_encoder_training.plots import _pyplot
+    from sinusoidal_encoder_training.publishing.plots import _pyplot
 
     plt = _pyplot()
     fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 6))
@@ -697,7 +779,7 @@ def plot(summary: dict, path: str) -> None:
 
 def plot_learning_curves(summary: dict, path: str) -> None:
     """Validation loss and order gap at the training length during pretraining, each arm's seeds in its colour."""
-    from sinusoidal_encoder_training.plots import _pyplot
+    from sinusoidal_encoder_training.publishing.plots import _pyplot
 
     plt = _pyplot()
     fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 5.5))
@@ -743,7 +825,7 @@ def publish_folder(
 ) -> str:
     """The remedy arm as a Hub-ready folder, configured with the measured best window, whose model card carries the
     tables and the plot."""
-    from sinusoidal_encoder_training.model_card import draw_pictures, render_model_card
+    from sinusoidal_encoder_training.publishing.model_card import draw_pictures, render_model_card
 
     folder = os.path.join(config.output_dir, "published")
     model = AutoModelForMaskedLM.from_pretrained(run_folder(config, arm, seed))
@@ -793,9 +875,10 @@ def run_experiment(config: LengthGeneralizationConfig) -> dict[str, Any]:
     unigram = training_unigram(tokenizer, config)
     evaluations = {(arm, seed): evaluate_arm(config, arm, seed, batches, unigram) for arm, seed in runs}
     finetuned = {
-        arm: finetune_arm(config, arm, config.seeds[0])
-        for arm in config.finetune_arms
-        if arm in config.arms and arm != "no_position"
+        (arm, task): [finetune_arm(config, arm, seed, task) for seed in config.seeds]
+        for task in config.downstream_tasks
+        for arm in order
+        if arm in config.finetune_arms and arm != "no_position"
     }
     summary = summarise(config, runs, evaluations, finetuned)
     tables = markdown_tables(config, summary)

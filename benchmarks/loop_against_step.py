@@ -87,7 +87,7 @@ def model_folder(args: argparse.Namespace, folder: str) -> str:
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
     from sinusoidal_encoder_training.configs import PretrainingConfig
-    from sinusoidal_encoder_training.pretraining import build_model
+    from sinusoidal_encoder_training.stages.pretraining import build_model
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     config = PretrainingConfig(output_dir="unused", config_name=args.size, config_overrides=args.config_overrides)
@@ -104,7 +104,7 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
     graphs."""
     from torch._dynamo.utils import counters
 
-    from sinusoidal_encoder_training.metrics_log import read_metrics
+    from sinusoidal_encoder_training.runs.metrics_log import read_metrics
 
     common = dict(
         output_dir=os.path.join(folder, "run"),
@@ -121,7 +121,7 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
     steps = min(args.steps, CORPUS_STEPS)  # the data of this many steps at most: a longer run trains more epochs
     if args.task == "finetuning":
         from sinusoidal_encoder_training.configs import FinetuningConfig
-        from sinusoidal_encoder_training.finetuning import finetune as run
+        from sinusoidal_encoder_training.stages.finetuning import finetune as run
 
         rows = classification_file(folder, steps * args.batch_size)
         config = FinetuningConfig(
@@ -129,7 +129,7 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
         )
     else:
         from sinusoidal_encoder_training.configs import PretrainingConfig
-        from sinusoidal_encoder_training.pretraining import pretrain as run
+        from sinusoidal_encoder_training.stages.pretraining import pretrain as run
 
         corpus = corpus_file(folder, (steps + 2) * args.batch_size * args.length * 2)
         config = PretrainingConfig(
@@ -173,11 +173,15 @@ def step_speed(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
-    from sinusoidal_encoder_training.compilation import compile_once_per_mode, mark_cuda_graph_step, uses_cuda_graphs
     from sinusoidal_encoder_training.configs import PretrainingConfig
-    from sinusoidal_encoder_training.data import KeyedMaskingCollator
-    from sinusoidal_encoder_training.optimization import make_optimizer
-    from sinusoidal_encoder_training.pretraining import build_model
+    from sinusoidal_encoder_training.data.pipeline import KeyedMaskingCollator
+    from sinusoidal_encoder_training.runs.compilation import (
+        compile_once_per_mode,
+        mark_cuda_graph_step,
+        uses_cuda_graphs,
+    )
+    from sinusoidal_encoder_training.runs.optimization import make_optimizer
+    from sinusoidal_encoder_training.stages.pretraining import build_model
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the loop's accelerate state is not this one's
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
@@ -245,7 +249,7 @@ def classification_step(args, tokenizer, pretrained):
     rows of 16 to `--length` tokens padded as `PaddingCollator` pads them, its labels, their count and the real
     tokens."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.data import PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
 
     model_config = copy.deepcopy(pretrained.config)
     model_config.num_labels = 6  # (new label names too)
@@ -322,7 +326,7 @@ def how_compiled(result: dict) -> str:
 
 
 def report(result: dict) -> str:
-    from sinusoidal_encoder_training.compilation import CUDA_GRAPH_MODES
+    from sinusoidal_encoder_training.runs.compilation import CUDA_GRAPH_MODES
 
     batch, length = result["batch"]
     model = result["size"] + (f" ({result['config_overrides']})" if result["config_overrides"] else "")

@@ -1,6 +1,6 @@
 """Which pretraining recipe makes a small model use word order on a CPU budget? Arms of training/pretrain.py on the
 built-in corpus, each scored by its final evaluation: eval loss, the unigram baseline on the same masked tokens, and
-the order gap (`sinusoidal_encoder_training.evaluation`).
+the order gap (`sinusoidal_encoder_training.evaluation.masked_lm`).
 
     python benchmarks/order_recipe.py --jobs 2                       # every arm, two at a time, one thread each
     python benchmarks/order_recipe.py --arms v4k_preln v4k_mask30    # some of them
@@ -287,8 +287,8 @@ def pretrain_without_positions(argv: list[str]) -> None:
     """training/pretrain.py's main with the position encoding of the model switched off (the ablation of
     benchmarks/length_generalization.py); the exported folder does not carry the switch, the metrics are what count."""
     from benchmarks import length_generalization
-    from sinusoidal_encoder_training import pretraining
-    from sinusoidal_encoder_training.arguments import parse_config
+    from sinusoidal_encoder_training.cli.arguments import parse_config
+    from sinusoidal_encoder_training.stages import pretraining
 
     config = parse_config(pretraining.PretrainingConfig, argv)
     result = pretraining.pretrain(config, length_generalization.arm_model("no_position", config))

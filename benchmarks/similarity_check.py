@@ -6,7 +6,7 @@ higher against its paraphrase than against an unrelated sentence (cosine similar
     python -m benchmarks.similarity_check outputs/small-builtin --random_init 0   # the same model, untrained
 
 Every exported folder carries the sentence-transformers files (transformer + mean pooling), so
-`SentenceTransformer(folder)` loads it with no extra code. The set (`sinusoidal_encoder_training.distillation`,
+`SentenceTransformer(folder)` loads it with no extra code. The set (`sinusoidal_encoder_training.stages.distillation`,
 which evaluates on it and never trains on it) is written in the domain of the built-in corpus (Python and library
 documentation): each paraphrase says the same thing in other words, each unrelated sentence is about something else.
 TRIPLES' paraphrases share words with their sentence; LOW_OVERLAP_TRIPLES' share none, so only a model that has
@@ -20,7 +20,7 @@ import argparse
 import re
 
 # the hand-checked set, which the distillation never trains on: (anchor, paraphrase, unrelated) triples
-from sinusoidal_encoder_training.distillation import ALL_TRIPLES, LOW_OVERLAP_TRIPLES, TRIPLES  # noqa: F401
+from sinusoidal_encoder_training.stages.distillation import ALL_TRIPLES, LOW_OVERLAP_TRIPLES, TRIPLES  # noqa: F401
 
 # Function words left out when comparing the content of two sentences (the set's rule for LOW_OVERLAP_TRIPLES).
 STOP_WORDS = frozenset(
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> list[tuple[float, float]]:
     args = parser.parse_args(argv)
     if args.results and not args.label:
         parser.error("--results needs --label: the name of this measurement in the tables.")
-    from sinusoidal_encoder_training.arguments import check_model_source
-    from sinusoidal_encoder_training.command_line import UsageError
+    from sinusoidal_encoder_training.cli.arguments import check_model_source
+    from sinusoidal_encoder_training.cli.command_line import UsageError
 
     try:
         check_model_source("MODEL", args.model)

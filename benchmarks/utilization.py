@@ -74,7 +74,7 @@ def main_job_shape(size: str = "small") -> Shape:
 
     import sinusoidal_encoder as se
     from sinusoidal_encoder_training.configs import MODEL_SIZES
-    from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER
 
     vocab_size = len(AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER))
     return Shape(**MODEL_SIZES[size], vocab_size=vocab_size, hidden_act=se.SinusoidalEncoderConfig().hidden_act)
@@ -156,7 +156,7 @@ def build_model(which: str, path: str, shape: Shape) -> torch.nn.Module:
 def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> Callable[[], None]:
     """One call of a cell: a training step (forward, backward, AdamW) or an inference forward."""
     from sinusoidal_encoder_training.configs import TrainingConfig
-    from sinusoidal_encoder_training.optimization import make_optimizer
+    from sinusoidal_encoder_training.runs.optimization import make_optimizer
 
     model = build_model(which, path, shape)
     if path == "train":

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.accelerator import bf16_is_fast; print('bf16' if bf16_is_fast() else 'no')")
+precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast; print('bf16' if bf16_is_fast() else 'no')")
 .venv/bin/python training/pretrain.py \
   --config_name small \
   --config_overrides norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0 \

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 stamp=.venv/.installed-from
-wanted=$(cat pyproject.toml setup.py training/sinusoidal_encoder_training/commands.py | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+wanted=$(cat pyproject.toml setup.py training/sinusoidal_encoder_training/cli/commands.py | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
 if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] \
   && .venv/bin/python -c "import torch, sinusoidal_encoder, sinusoidal_encoder_training" 2>/dev/null; then
   exit 0

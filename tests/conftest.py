@@ -146,7 +146,7 @@ def pretrain_cmd(corpus, output_dir, *extra, launcher=()):
 def tiny_pretraining(corpus, output_dir, **settings):
     """The run of `pretrain_cmd`, built in code: a `PretrainingConfig` of the tiny model on a (train, validation)
     pair of files; `settings` override these."""
-    from sinusoidal_encoder_training.pretraining import PretrainingConfig
+    from sinusoidal_encoder_training.stages.pretraining import PretrainingConfig
 
     train, validation = corpus
     values = dict(
@@ -192,7 +192,7 @@ def assert_same_training(a: list[dict], b: list[dict]) -> None:
 def run_command(main, program: str, argv, monkeypatch, capsys) -> tuple[int, str, str]:
     """`training/PROGRAM ARGV` in-process: the command's `main` behind the command-line front
     (`command_line.front`). Returns (exit status, stdout, stderr)."""
-    from sinusoidal_encoder_training.command_line import front
+    from sinusoidal_encoder_training.cli.command_line import front
 
     monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
     monkeypatch.setattr(sys, "argv", [program, *map(str, argv)])
@@ -263,7 +263,7 @@ VARIANTS = {
 def exported_folder(tmp_path, tokenizer, pipeline_tag: str) -> Path:
     """A tiny randomly initialised model with the shipped tokenizer and a model card naming the folder (no Hub id),
     as an export leaves it: `tmp_path/exported`."""
-    from sinusoidal_encoder_training.model_card import model_reference, pipeline_example, render_model_card
+    from sinusoidal_encoder_training.publishing.model_card import model_reference, pipeline_example, render_model_card
 
     class_name, text = VARIANTS[pipeline_tag]
     folder = tmp_path / "exported"

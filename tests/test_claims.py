@@ -314,24 +314,39 @@ def test_main_job_times_without_bf16_are_found(text, flagged):
 
 def layout_tree() -> dict[str, set[str]]:
     """The `.py` files docs/layout.md's tree names under each folder (its first `text` block: a folder at the line's
-    start, the files below it on lines indented by two spaces, several to a line, before their description)."""
+    start, its subfolders on lines indented by two spaces, ending in `/`; the files below a folder on lines indented
+    two spaces deeper than it, several to a line, before their description)."""
     text = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
     block = text.split("```text\n", 1)[1].split("```", 1)[0]
     named: dict[str, set[str]] = {}
-    folder = None
+    folders: dict[int, str] = {}  # indentation -> the folder opened at it
     for line in block.splitlines():
-        if line and not line[0].isspace():
-            folder = line.split()[0]
-        elif folder is not None and re.match(r"  \S", line):
-            named.setdefault(folder, set()).update(re.findall(r"\w+\.py\b", line.strip().split("  ")[0]))
+        indent = len(line) - len(line.lstrip(" "))
+        first = line.strip().split("  ")[0]
+        if not line.strip() or indent % 2 or indent > 2 + max(folders, default=-2):
+            continue  # a description's continuation
+        if line.split()[0].endswith("/"):
+            folders = {depth: folder for depth, folder in folders.items() if depth < indent}
+            folders[indent] = (folders.get(indent - 2, "") if indent else "") + line.split()[0]
+        elif indent - 2 in folders and re.match(r"\w+\.py\b", first):
+            named.setdefault(folders[indent - 2], set()).update(re.findall(r"\w+\.py\b", first))
     return named
 
 
-@pytest.mark.parametrize("package", ["modeling/sinusoidal_encoder/", "training/sinusoidal_encoder_training/"])
+PACKAGE_FOLDERS = ["modeling/sinusoidal_encoder/"] + [
+    path.parent.relative_to(REPO).as_posix() + "/"
+    for path in sorted((REPO / "training" / "sinusoidal_encoder_training").rglob("__init__.py"))
+]
+
+
+@pytest.mark.parametrize("package", PACKAGE_FOLDERS)
 def test_the_layout_page_names_every_module_of_each_package_and_no_other(package):
-    """docs/layout.md's tree is checked against the code: every module of each package is named in it, under its
-    folder, and every module it names there exists."""
+    """docs/layout.md's tree is checked against the code: every module of each package and subpackage is named in
+    it, under its folder (a subpackage's `__init__.py` is its folder's line, unless the tree names it), and every
+    module it names there exists."""
     on_disk = {path.name for path in (REPO / package).glob("*.py")}
-    named = layout_tree()[package]
+    named = layout_tree().get(package, set())
+    if package.count("/") > 2 and "__init__.py" not in named:
+        on_disk.discard("__init__.py")
     assert on_disk - named == set(), f"modules docs/layout.md does not name: {sorted(on_disk - named)}"
     assert named - on_disk == set(), f"modules docs/layout.md names that do not exist: {sorted(named - on_disk)}"

@@ -100,7 +100,7 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
     from accelerate.state import AcceleratorState
     from torch._dynamo.utils import counters
 
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
     common = ("--max_train_steps", "4", "--checkpointing_steps", "2", "--gradient_accumulation_steps", "2")
@@ -153,7 +153,7 @@ def _fresh_accelerate_state():
 @pytest.mark.slow
 @pytest.mark.usefixtures("_fresh_accelerate_state")
 def test_compiled_finetuning_resumes_exactly(tmp_path, tokenizer):
-    from sinusoidal_encoder_training import finetuning
+    from sinusoidal_encoder_training.stages import finetuning
 
     folder = tmp_path / "pretrained"
     se.SinusoidalEncoderForMaskedLM(
@@ -193,7 +193,7 @@ def test_a_compiled_run_compiles_once_per_mode_whatever_the_lengths(tmp_path):
     traced (it broke the graph at every forward) and equal sizes are not assumed (32 x 32 recompiled)."""
     from torch._dynamo.utils import counters
 
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
     config = tiny_pretraining(
@@ -217,8 +217,8 @@ def test_a_cuda_graph_mode_marks_each_forward_and_keeps_the_accumulated_gradient
     mode, and says so in the run's header. The loop tells torch that a step begins before every micro-batch's forward,
     and copies the first micro-batch's gradients out of the graphs' memory when a step accumulates several (the
     next replay reuses it): once per optimizer step."""
-    from sinusoidal_encoder_training import loop
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.runs import loop
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     calls = {"marks": 0, "kept": 0}
 
@@ -254,7 +254,7 @@ def test_kept_gradients_are_the_same_values_in_memory_of_their_own():
     model(torch.ones(1, 3)).sum().backward()
     model.bias.grad = None  # a parameter without a gradient keeps none
     before = model.weight.grad
-    from sinusoidal_encoder_training.compilation import keep_gradients
+    from sinusoidal_encoder_training.runs.compilation import keep_gradients
 
     keep_gradients(model)
     assert torch.equal(model.weight.grad, before) and model.bias.grad is None

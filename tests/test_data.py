@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import write_text_corpus
 
-from sinusoidal_encoder_training import corpus
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.data import (
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.data import corpus
+from sinusoidal_encoder_training.data.pipeline import (
     DataConfig,
     IndexedExamples,
     IndexedStream,
@@ -228,7 +228,7 @@ def test_keyed_masking_draws_berts_shares_for_a_whole_batch_at_once(tokenizer):
 def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     import argparse
 
-    from sinusoidal_encoder_training.accelerator import GPU_LOADER_WORKERS, loader_settings
+    from sinusoidal_encoder_training.runs.accelerator import GPU_LOADER_WORKERS, loader_settings
 
     auto, given = argparse.Namespace(dataloader_num_workers=None), argparse.Namespace(dataloader_num_workers=3)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -246,8 +246,8 @@ def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, p
     dtype and shape, for every kind of label fine-tuning makes."""
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.classification import encode
-    from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator
+    from sinusoidal_encoder_training.tasks.classification import encode
 
     words = "the function returns a new list of the items in the given order".split()
     texts = [" ".join(words[: 3 + (5 * i) % 11]) for i in range(12)]
@@ -290,7 +290,7 @@ def test_padding_the_choices_and_windows_of_a_batch_gives_transformers_collators
     windows (start and end positions: `DataCollatorWithPadding`), padded a batch at once, equal transformers'."""
     from transformers import DataCollatorForMultipleChoice, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.data import BatchedRows, PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator
 
     generator = torch.Generator().manual_seed(0)
 

@@ -19,7 +19,7 @@ pytest.importorskip("onnxruntime", reason="the serving paths need onnxruntime (t
 
 import sinusoidal_encoder as se
 from benchmarks import batches, deployment, machine
-from sinusoidal_encoder_training import finetuning
+from sinusoidal_encoder_training.stages import finetuning
 
 LABELS = ("accelerate", "datasets", "huggingface_hub", "numpy", "python", "transformers")
 SOURCES = ("python-docs", "numpy", "transformers", "datasets")  # the built-in task labels python-docs "python"

@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import exported_folder, pretrain_cmd, run_command, write_text_corpus
 
-from sinusoidal_encoder_training import atomic
+from sinusoidal_encoder_training.runs import atomic
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def pretrain_argv(corpus, out):
 def test_a_datasets_cache_that_cannot_be_written_is_refused_before_any_work(
     name, cache, corpus, tmp_path, tokenizer, monkeypatch, capsys
 ):
-    from sinusoidal_encoder_training import distillation, finetuning, pretraining, tokenizer_training
+    from sinusoidal_encoder_training.stages import distillation, finetuning, pretraining, tokenizer_training
 
     if cache == "FILE":
         (tmp_path / "a-file").write_text("")
@@ -58,7 +58,7 @@ def test_a_datasets_cache_that_cannot_be_written_is_refused_before_any_work(
 def test_an_interrupt_while_the_data_is_prepared_is_a_sentence_and_the_rerun_starts(
     corpus, tmp_path, monkeypatch, capsys
 ):
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     out = tmp_path / "out"
     real = pretraining.load_raw_datasets
@@ -104,7 +104,7 @@ def test_an_interrupt_while_the_data_is_prepared_is_a_sentence_and_the_rerun_sta
 def test_a_fault_of_the_machine_while_writing_is_one_line_and_leaves_nothing_half_written(
     fault, expected, tmp_path, tokenizer, monkeypatch, capsys
 ):
-    from sinusoidal_encoder_training import onnx_export
+    from sinusoidal_encoder_training.publishing import onnx_export
 
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
 
@@ -121,7 +121,7 @@ def test_a_fault_of_the_machine_while_writing_is_one_line_and_leaves_nothing_hal
 
 def test_other_errors_keep_their_traceback(tmp_path, tokenizer, monkeypatch, capsys):
     """A bug is not the machine's fault: an `OSError` of another kind, or another `RuntimeError`, is not hidden."""
-    from sinusoidal_encoder_training import onnx_export
+    from sinusoidal_encoder_training.publishing import onnx_export
 
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
     for error in (OSError(errno.EBADF, "Bad file descriptor"), RuntimeError("shape mismatch")):

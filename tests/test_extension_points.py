@@ -71,7 +71,7 @@ def test_an_attention_side_encoding_registered_in_positions_reaches_every_attent
 def test_a_position_encoding_registered_in_positions_is_described_by_the_model_card(monkeypatch, tmp_path):
     """One registry entry with its card: the exported model's card describes the new scheme, its formula filled in
     from the config, its tag in the metadata, nothing of the paper's encoding and no pictures of it."""
-    from sinusoidal_encoder_training.model_card import draw_pictures, render_model_card
+    from sinusoidal_encoder_training.publishing.model_card import draw_pictures, render_model_card
 
     card = positions.PositionCard(
         summary="distance buckets in attention (an encoding that is not in the package)",
@@ -96,8 +96,9 @@ def test_a_position_encoding_registered_in_positions_is_described_by_the_model_c
 
 
 def test_a_new_run_setting_is_a_flag_with_help_and_a_setting_of_the_run_record(tmp_path, capsys):
-    from sinusoidal_encoder_training import configs, run_folder
-    from sinusoidal_encoder_training.arguments import parse_config
+    from sinusoidal_encoder_training import configs
+    from sinusoidal_encoder_training.cli.arguments import parse_config
+    from sinusoidal_encoder_training.runs import run_folder
 
     extended = dataclasses.make_dataclass(
         "ExtendedConfig",
@@ -120,7 +121,7 @@ def test_a_new_run_setting_is_a_flag_with_help_and_a_setting_of_the_run_record(t
 def test_a_new_evaluation_figure_reaches_the_metrics_file_and_the_log_line(tmp_path):
     from accelerate import Accelerator
 
-    from sinusoidal_encoder_training.metrics_log import MetricsLog, format_metrics, read_metrics
+    from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics, read_metrics
 
     log = MetricsLog(Accelerator(cpu=True), str(tmp_path), resumed_step=None, tracking=False)
     figures = {"eval_loss": 2.5, "eval_my_new_score": 0.125}

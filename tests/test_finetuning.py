@@ -16,15 +16,17 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import classification, export, finetuning
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.metrics import (
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.evaluation.metrics import (
     accuracy_and_macro_f1,
     entity_scores,
     entity_spans,
     multi_label_scores,
     regression_scores,
 )
+from sinusoidal_encoder_training.publishing import export
+from sinusoidal_encoder_training.stages import finetuning
+from sinusoidal_encoder_training.tasks import classification
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
 
@@ -391,7 +393,7 @@ def test_plots_command_draws_the_pictures(tmp_path, pretrained):
         + "\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "sinusoidal_encoder_training.plots", str(folder)],
+        [sys.executable, "-m", "sinusoidal_encoder_training.publishing.plots", str(folder)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -402,7 +404,7 @@ def test_plots_command_draws_the_pictures(tmp_path, pretrained):
     by_steps = (folder / "loss_curves.png").read_bytes()
     with open(folder / "metrics.jsonl", "a") as handle:  # tokens seen, for --by_tokens
         handle.write(json.dumps({"step": 20, "train_loss": 3.0, "tokens_seen": 2560}) + "\n")
-    from sinusoidal_encoder_training.plots import main
+    from sinusoidal_encoder_training.publishing.plots import main
 
     main([str(folder), "--by_tokens"])
     assert (folder / "loss_curves.png").read_bytes() not in (by_steps, b"")

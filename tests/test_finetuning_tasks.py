@@ -16,11 +16,12 @@ import torch
 from conftest import REPO
 from transformers import AutoModelForMultipleChoice, AutoModelForQuestionAnswering
 
-from sinusoidal_encoder_training import finetuning, multiple_choice, question_answering
-from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig, TaskDataConfig
-from sinusoidal_encoder_training.metrics import squad_scores
-from sinusoidal_encoder_training.tasks import FINETUNED, TASKS, reading
+from sinusoidal_encoder_training.evaluation.metrics import squad_scores
+from sinusoidal_encoder_training.stages import finetuning
+from sinusoidal_encoder_training.tasks import multiple_choice, question_answering
+from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, reading
 
 EXAMPLES = REPO / "docs" / "examples"
 

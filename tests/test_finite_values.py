@@ -15,10 +15,11 @@ import yaml
 from conftest import tiny_pretraining, write_text_corpus
 from test_finetuning import SENTENCES
 
-from sinusoidal_encoder_training import classification, finetuning, pretraining
-from sinusoidal_encoder_training.checkpoints import complete_checkpoints
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.metrics_log import METRICS_FILE, strict_json
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
+from sinusoidal_encoder_training.runs.metrics_log import METRICS_FILE, strict_json
+from sinusoidal_encoder_training.stages import finetuning, pretraining
+from sinusoidal_encoder_training.tasks import classification
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
 
@@ -205,7 +206,7 @@ def test_a_non_finite_loss_stops_distillation_before_the_model_is_saved(tmp_path
     from test_sentence_embeddings import exported_folder, teacher_or_skip
 
     teacher_or_skip()
-    from sinusoidal_encoder_training import distillation
+    from sinusoidal_encoder_training.stages import distillation
 
     original, calls = distillation.TeacherContrastiveLoss.forward, []
 

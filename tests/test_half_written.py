@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from conftest import env, exported_folder, folder_digest, run_command, tiny_pretraining, write_text_corpus
 
-from sinusoidal_encoder_training import atomic
+from sinusoidal_encoder_training.runs import atomic
 
 
 def killed_while_writing(folder) -> None:
@@ -20,7 +20,7 @@ def killed_while_writing(folder) -> None:
     script = textwrap.dedent(
         f"""
         import os, signal
-        from sinusoidal_encoder_training.atomic import staged
+        from sinusoidal_encoder_training.runs.atomic import staged
         with staged({str(folder)!r}) as temporary:
             with open(os.path.join(temporary, "model.safetensors"), "wb") as handle:
                 handle.write(b"half of the new weights")
@@ -62,7 +62,7 @@ def test_staged_moves_what_was_written_or_nothing(tmp_path):
 
 
 def test_publish_refuses_half_written_files_naming_them(tmp_path, tokenizer, monkeypatch, capsys):
-    from sinusoidal_encoder_training import hub
+    from sinusoidal_encoder_training.publishing import hub
 
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
     killed_while_writing(folder)
@@ -73,14 +73,14 @@ def test_publish_refuses_half_written_files_naming_them(tmp_path, tokenizer, mon
 
 
 def test_publish_refuses_a_folder_a_live_run_is_writing_naming_the_process(tmp_path, tokenizer, monkeypatch, capsys):
-    from sinusoidal_encoder_training import hub
+    from sinusoidal_encoder_training.publishing import hub
 
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom sinusoidal_encoder_training.run_folder import take_lock\n"
+            "import sys, time\nfrom sinusoidal_encoder_training.runs.run_folder import take_lock\n"
             f"take_lock({str(folder)!r}); print('held', flush=True); time.sleep(60)",
         ],
         env=env(),
@@ -103,9 +103,9 @@ def test_publish_refuses_a_folder_a_live_run_is_writing_naming_the_process(tmp_p
 def test_the_next_training_run_removes_what_a_killed_one_left(tmp_path):
     """A pretraining run killed while saving a checkpoint (its `.incomplete-step_N`) and while moving its model into
     place: the rerun on the folder says it removes both, and trains."""
-    from sinusoidal_encoder_training.checkpoints import checkpoints_dir
-    from sinusoidal_encoder_training.pretraining import MaskedLMTask, pretrain
-    from sinusoidal_encoder_training.run_folder import run_settings, write_run
+    from sinusoidal_encoder_training.runs.checkpoints import checkpoints_dir
+    from sinusoidal_encoder_training.runs.run_folder import run_settings, write_run
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask, pretrain
 
     corpus = write_text_corpus(tmp_path / "corpus", n_train=20, n_validation=6)
     out = tmp_path / "out"
@@ -119,7 +119,7 @@ def test_the_next_training_run_removes_what_a_killed_one_left(tmp_path):
 
 
 def test_the_next_tokenizer_training_removes_what_a_killed_one_left(tmp_path, monkeypatch, capsys):
-    from sinusoidal_encoder_training import tokenizer_training
+    from sinusoidal_encoder_training.stages import tokenizer_training
 
     train, _ = write_text_corpus(tmp_path / "corpus", n_train=20, n_validation=6)
     out = tmp_path / "tokenizer"
@@ -135,7 +135,7 @@ def test_the_next_tokenizer_training_removes_what_a_killed_one_left(tmp_path, mo
 def test_the_next_export_removes_what_a_killed_one_left_and_replaces_an_export_whole(
     tmp_path, tokenizer, monkeypatch, capsys
 ):
-    from sinusoidal_encoder_training import onnx_export
+    from sinusoidal_encoder_training.publishing import onnx_export
 
     folder = exported_folder(tmp_path, tokenizer, "fill-mask")
     (folder / "model.onnx.data").write_bytes(b"the weights of an earlier export")
@@ -154,7 +154,7 @@ def test_a_metrics_line_cut_short_by_a_kill_is_dropped_on_resume(tmp_path):
     lines after its checkpoint) instead of failing to parse it."""
     from types import SimpleNamespace
 
-    from sinusoidal_encoder_training.metrics_log import MetricsLog, read_metrics
+    from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, read_metrics
 
     log = tmp_path / "metrics.jsonl"
     log.write_text('{"step": 1, "train_loss": 9.0}\n{"step": 2, "train_loss": 8.0}\n{"step": 3, "train_lo')

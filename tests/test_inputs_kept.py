@@ -13,7 +13,7 @@ import pytest
 from conftest import folder_digest, run_command, tiny_config, write_text_corpus
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.cli.command_line import UsageError
 
 
 def model_folder(folder, tokenizer):
@@ -33,7 +33,8 @@ def rows_file(path):
 def command(name, tmp_path, tokenizer, monkeypatch):
     """(main, program, argv, the folder that must be kept, what the line names) of a command whose switch would
     clear what it reads."""
-    from sinusoidal_encoder_training import distillation, finetuning, onnx_export, pretraining, tokenizer_training
+    from sinusoidal_encoder_training.publishing import onnx_export
+    from sinusoidal_encoder_training.stages import distillation, finetuning, pretraining, tokenizer_training
 
     out = tmp_path / "out"
     if name == "finetune into its model folder":

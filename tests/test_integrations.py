@@ -155,7 +155,7 @@ def test_peft_lora_train_save_reload_and_merge(tmp_path, tokenizer):
 
 def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
     sentence_transformers = pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
-    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+    from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 
     model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
     model.save_pretrained(tmp_path)
@@ -180,7 +180,7 @@ def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path,
     paraphrases first depends on its training: tests/test_sentence_embeddings.py tests that.)"""
     pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
     from benchmarks import similarity_check
-    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+    from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 
     model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
     model.save_pretrained(tmp_path)
@@ -210,7 +210,7 @@ def test_similarity_check_random_init_scores_a_fresh_model_of_the_same_config(tm
     untrained baseline of the sentence-embeddings table), and the results file says so."""
     pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
     from benchmarks import similarity_check
-    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+    from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 
     torch.manual_seed(1)
     saved = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()

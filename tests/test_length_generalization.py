@@ -18,10 +18,11 @@ from transformers import AutoModelForMaskedLM, BertForMaskedLM
 import sinusoidal_encoder as se
 from benchmarks import context_extension as ce
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import data, finetuning
-from sinusoidal_encoder_training.accelerator import bf16_is_fast
-from sinusoidal_encoder_training.arguments import parse_config
+from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.configs import PretrainingConfig
+from sinusoidal_encoder_training.data import pipeline
+from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast
+from sinusoidal_encoder_training.stages import finetuning
 
 
 def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
@@ -210,9 +211,28 @@ def small_builtin_corpus(monkeypatch):
             "validation": datasets.Dataset.from_dict({k: v[60:90] for k, v in rows.items()}),
         }
     )
-    for module in (data, finetuning, lg):
+    for module in (pipeline, finetuning, lg):
         monkeypatch.setattr(module, "load_builtin_corpus", lambda: corpus)
     return corpus
+
+
+def test_the_order_task_has_the_same_words_either_way_and_order_alone_tells(tmp_path, small_builtin_corpus):
+    """Each passage of the order task is a corpus passage's first words, in order or with its quarters in another
+    order: the same words under either label; both labels drawn; written once, the same on every call."""
+    config = lg.LengthGeneralizationConfig(output_dir=str(tmp_path))
+    paths = lg.order_task_files(config)
+    for split, path in paths.items():
+        rows = [json.loads(line) for line in open(path)]
+        prefixes = {}
+        for text in small_builtin_corpus[split]["text"]:
+            words = text.split()[: lg.ORDER_TASK_WORDS]
+            prefixes.setdefault(tuple(sorted(words)), " ".join(words))
+        assert rows and {row["label"] for row in rows} == {"in order", "shuffled"}
+        for row in rows:
+            original = prefixes[tuple(sorted(row["text"].split()))]  # the same words as a passage's prefix
+            assert (row["text"] == original) == (row["label"] == "in order")
+    before = {path: open(path).read() for path in paths.values()}
+    assert lg.order_task_files(config) == paths and {path: open(path).read() for path in paths.values()} == before
 
 
 @pytest.mark.slow
@@ -246,13 +266,16 @@ def test_experiment_end_to_end_and_resumable(tmp_path, small_builtin_corpus):
         "window128_loss",
     ):  # inference-time remedies, past the training length only
         assert set(summary["arms"]["offset"][variant]) == {"256"} and not summary["arms"]["bert"][variant]
-    finetuned = summary["arms"]["bert"]["finetune"]  # one step from the pretrained arm, a two-class task
-    assert abs(finetuned["eval_loss"] - math.log(2)) < 0.1 and 0.0 <= finetuned["eval_accuracy"] <= 1.0
+    finetuned = summary["arms"]["bert"]["finetune"]  # one step from the pretrained arm, each seed, on each task
+    assert set(finetuned) == {"library", "order"}
+    assert all(len(scores["accuracy"]) == 1 and 0.0 <= scores["accuracy"][0] <= 1.0 for scores in finetuned.values())
+    assert set(finetuned["order"]["baselines"]) == {"majority", "tfidf_logreg"}
     assert json.loads((out / "results.json").read_text())["summary"]["lengths"] == [128, 256]
     tables = (out / "results.md").read_text()
     assert "BertForMaskedLM" in tables and "| arm | 128 tokens | 256 tokens | 256 / 128 |" in tables
     assert "attention within ±63 tokens at inference" in tables and "within ±127 tokens" in tables
     assert "Order gap (nats per masked token" in tables and "| unigram baseline (loss) |" in tables
+    assert "| arm | library | order |" in tables and "| majority class |" in tables
     for name in ("length_generalization.png", "learning_curves.png"):
         picture = mpimg.imread(out / name)
         assert picture.ndim == 3 and min(picture.shape[:2]) > 200 and picture.std() > 0.01  # a drawn figure

@@ -16,9 +16,11 @@ from safetensors.torch import load_file, save_file
 from test_user_files import command, model_folder
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import classification, command_line, finetuning
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.tasks import TASKS
+from sinusoidal_encoder_training.cli import command_line
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.stages import finetuning
+from sinusoidal_encoder_training.tasks import classification
+from sinusoidal_encoder_training.tasks.registry import TASKS
 
 ENCODER_WEIGHT = "model.encoder.layers.0.attention.qkv.weight"
 
@@ -40,7 +42,8 @@ def change_weights(folder, kind: str) -> str:
 
 def weights_command(name, folder, tmp_path):
     """(main, program, argv, flag) of command `name` on the model folder `folder`, writing under tmp_path/out."""
-    from sinusoidal_encoder_training import distillation, hub
+    from sinusoidal_encoder_training.publishing import hub
+    from sinusoidal_encoder_training.stages import distillation
 
     if name == "distill":
         return distillation.main, "distill.py", [folder, "--output_dir", tmp_path / "out"], "MODEL"
@@ -116,7 +119,7 @@ def head_folder(root, cls, labels: list[str] | None = None):
     """A tiny model folder of `cls` with the shipped tokenizer and a head for `labels` (in that order)."""
     from transformers import AutoTokenizer
 
-    from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     named = (
@@ -225,7 +228,7 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_in_one_line(
 ):
     from conftest import SHIPPED_TOKENIZER
 
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     folder = tmp_path / "small"
     se.SinusoidalEncoderForMaskedLM(tiny_config()).save_pretrained(folder)  # 99 token embeddings
@@ -267,7 +270,7 @@ def test_pretraining_from_a_folder_of_another_head_says_it_starts_a_masked_lm_he
     from conftest import write_text_corpus
 
     from sinusoidal_encoder_training.configs import PretrainingConfig
-    from sinusoidal_encoder_training.pretraining import build_model
+    from sinusoidal_encoder_training.stages.pretraining import build_model
 
     folder = head_folder(tmp_path, se.SinusoidalEncoderForTokenClassification, ["x", "y"])
     train, _ = write_text_corpus(tmp_path / "corpus")

@@ -16,12 +16,12 @@ import torch
 from conftest import random_ids, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import loop
-from sinusoidal_encoder_training.accelerator import make_accelerator
-from sinusoidal_encoder_training.checkpoints import complete_checkpoints
-from sinusoidal_encoder_training.command_line import Terminated, UsageError
+from sinusoidal_encoder_training.cli.command_line import Terminated, UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
-from sinusoidal_encoder_training.metrics_log import read_metrics
+from sinusoidal_encoder_training.runs import loop
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator
+from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
+from sinusoidal_encoder_training.runs.metrics_log import read_metrics
 
 ROWS, LENGTH = 2, 8  # a micro-batch: 2 rows of 8 tokens, every other one a label (8 loss units)
 

@@ -9,7 +9,7 @@ from conftest import tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder.positions import POSITION_ENCODINGS, POSITION_MODES, position_card
-from sinusoidal_encoder_training.model_card import render_model_card
+from sinusoidal_encoder_training.publishing.model_card import render_model_card
 
 # (name, the config fields that choose it, its card) for every registered scheme
 SCHEMES = [(name, {"position_encoding": name}, encoding.card) for name, encoding in POSITION_ENCODINGS.items()]
@@ -79,7 +79,7 @@ def test_a_mode_without_its_own_card_is_described_by_its_encoding(mode, encoding
 @pytest.mark.parametrize(("name", "fields", "card"), SCHEMES, ids=[name for name, _, _ in SCHEMES])
 def test_pictures_of_the_encoding_where_its_card_says_they_apply(tmp_path, name, fields, card):
     pytest.importorskip("matplotlib")
-    from sinusoidal_encoder_training.model_card import draw_pictures
+    from sinusoidal_encoder_training.publishing.model_card import draw_pictures
 
     written = draw_pictures(str(tmp_path), tiny_config(**fields))
     assert ("encoding_heatmap.png" in written) == card.pictures == (tmp_path / "encoding_heatmap.png").exists()

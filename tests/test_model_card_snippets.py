@@ -15,8 +15,8 @@ import pytest
 from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import hub
-from sinusoidal_encoder_training.model_card import local_folder_note, render_model_card, use_hub_id
+from sinusoidal_encoder_training.publishing import hub
+from sinusoidal_encoder_training.publishing.model_card import local_folder_note, render_model_card, use_hub_id
 
 WITHOUT_PACKAGE = 'import sys\nsys.modules["sinusoidal_encoder"] = None  # not installed here\n'
 

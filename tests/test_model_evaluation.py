@@ -11,9 +11,9 @@ import pytest
 from accelerate.state import AcceleratorState
 from conftest import REPO, folder_digest, metrics, run_command, tiny_pretraining, write_text_corpus
 
-from sinusoidal_encoder_training import finetuning, model_evaluation, pretraining
 from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
-from sinusoidal_encoder_training.tasks import FINETUNED
+from sinusoidal_encoder_training.stages import evaluate, finetuning, pretraining
+from sinusoidal_encoder_training.tasks.registry import FINETUNED
 
 FINAL = ("eval_loss", "eval_perplexity", "eval_unigram_loss", "eval_order_gap", "eval_masked_tokens")
 
@@ -54,7 +54,7 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
         per_device_eval_batch_size=16,
         output_file=str(results_file),
     )
-    results = model_evaluation.run(config)
+    results = evaluate.run(config)
     same = ("eval_masked_tokens", "eval_unigram_loss")
     assert {name: results[32][name] for name in same} == {name: final[name] for name in same}
     assert {name: results[32][name] for name in FINAL} == pytest.approx(
@@ -87,7 +87,7 @@ def test_a_bare_encoder_a_missing_folder_and_bad_flags_are_refused_in_one_line(
     }
     before = folder_digest(model)
     for case, (argv, expected) in cases.items():
-        status, _, err = run_command(model_evaluation.main, "evaluate", argv, monkeypatch, capsys)
+        status, _, err = run_command(evaluate.main, "evaluate", argv, monkeypatch, capsys)
         assert status == 2 and len(err.strip().splitlines()) == 1 and expected in err, (case, err)
     assert folder_digest(model) == before
 
@@ -123,7 +123,7 @@ def test_evaluate_gives_a_fine_tuned_folders_final_evaluation(task, pretrained, 
     result = finetuning.finetune(config)
     finetuning.export(config, result)
     AcceleratorState._reset_state(reset_partial_state=True)
-    evaluated = model_evaluation.evaluate_model(
+    evaluated = evaluate.evaluate_model(
         EvaluationConfig(model=str(tmp_path / "model"), per_device_eval_batch_size=4, **data)
     )
     assert set(evaluated) == {name for name in result.metrics if name.startswith("eval_")}
@@ -151,6 +151,6 @@ def test_a_fine_tuned_head_is_scored_only_on_its_labels(pretrained, tmp_path, fr
         "a length under 4": (["--max_length", "2"], "--max_length must be at least 4, got 2."),
     }
     for case, (argv, expected) in cases.items():
-        status, _, err = run_command(model_evaluation.main, "evaluate", [model, *argv], monkeypatch, capsys)
+        status, _, err = run_command(evaluate.main, "evaluate", [model, *argv], monkeypatch, capsys)
         line = err.strip().splitlines()[-1]  # after datasets' progress bars
         assert status == 2 and line.startswith("evaluate: error: ") and expected in line, (case, err)

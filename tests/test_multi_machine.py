@@ -208,9 +208,9 @@ def test_two_machines_train_as_one_process_and_resume_after_a_kill(tmp_path):
     and evaluation of one plain process of batch 8 (within 1e-4; the plain process is this one: its run trains
     in-process); both killed with SIGKILL after a checkpoint and resumed with `--resume_from_checkpoint latest`, they
     end with the weights and metrics of their uninterrupted run, bit for bit."""
-    from sinusoidal_encoder_training import pretraining
-    from sinusoidal_encoder_training.arguments import parse_config
+    from sinusoidal_encoder_training.cli.arguments import parse_config
     from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.stages import pretraining
 
     # 266 training blocks (the 240 of 30 steps in one epoch) and 23 validation blocks: the last evaluation batch of
     # the two machines (4 + 4) is not full, so accelerate repeats a block there, and each must be counted once

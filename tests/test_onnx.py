@@ -17,10 +17,10 @@ onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx (the `integrat
 pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the `integrations` extra)")
 
 import sinusoidal_encoder as se  # noqa: E402
-from sinusoidal_encoder_training import onnx_export  # noqa: E402
-from sinusoidal_encoder_training.atomic import is_temporary  # noqa: E402
-from sinusoidal_encoder_training.command_line import UsageError  # noqa: E402
-from sinusoidal_encoder_training.tasks import TASKS  # noqa: E402
+from sinusoidal_encoder_training.cli.command_line import UsageError  # noqa: E402
+from sinusoidal_encoder_training.publishing import onnx_export  # noqa: E402
+from sinusoidal_encoder_training.runs.atomic import is_temporary  # noqa: E402
+from sinusoidal_encoder_training.tasks.registry import TASKS  # noqa: E402
 
 
 @pytest.mark.parametrize(

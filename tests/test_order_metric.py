@@ -14,8 +14,8 @@ from accelerate import Accelerator
 from conftest import VOCAB_SIZE, metrics, pretrain_cmd, random_ids, run, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training.evaluation import permute_inner_tokens, unigram_log_probs
-from sinusoidal_encoder_training.pretraining import MaskedLMTask
+from sinusoidal_encoder_training.evaluation.masked_lm import permute_inner_tokens, unigram_log_probs
+from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
 
 SPECIAL = [0, 1, 2]  # stand-ins for [PAD], [CLS], [SEP] in the tiny vocabulary
 
@@ -130,7 +130,7 @@ def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path):
 def test_the_closing_line_says_below_or_above_the_baseline(loss, expected):
     """The closing sentence says "below" the unigram baseline by a positive margin, and "above" for a run worse than
     it (never "-3.326 nats below")."""
-    from sinusoidal_encoder_training.evaluation import describe_evaluation
+    from sinusoidal_encoder_training.evaluation.masked_lm import describe_evaluation
 
     line = describe_evaluation({"eval_loss": loss, "eval_unigram_loss": 7.0, "eval_order_gap": 0.0})
     assert line.startswith(expected) and "-" not in line.split(";")[0], line

@@ -22,8 +22,8 @@ from conftest import REPO, TINY, env, write_text_corpus
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from sinusoidal_encoder_training.command_line import EXTRA_OF_MODULE, UsageError, front, require_extra
-from sinusoidal_encoder_training.commands import COMMANDS, SCRIPT_PREFIX
+from sinusoidal_encoder_training.cli.command_line import EXTRA_OF_MODULE, UsageError, front, require_extra
+from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX
 
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "model_card.md")
 SOURCE_DIRS = ("modeling", "training", "tokenizer_config")
@@ -188,14 +188,14 @@ def test_wheel_carries_the_tokenizer_and_the_card_template(wheel):
         resources + "tokenizer_config/tokenizer.json",
         resources + "tokenizer_config/tokenizer_config.json",
         "sinusoidal_encoder/modeling_sinusoidal_encoder.py",
-        "sinusoidal_encoder_training/pretraining.py",
+        "sinusoidal_encoder_training/stages/pretraining.py",
     } <= names
     # a console script per command of the table, naming it in the wheel's `console` module; the wheel holds its stage
     scripts, metadata = wheel_metadata(wheel)
     assert set(scripts) == {SCRIPT_PREFIX + name for name in COMMANDS}
     for name, entry in COMMANDS.items():
-        assert scripts[SCRIPT_PREFIX + name] == f"sinusoidal_encoder_training.console:{name.replace('-', '_')}"
-        assert f"sinusoidal_encoder_training/{entry.module}.py" in names, name
+        assert scripts[SCRIPT_PREFIX + name] == f"sinusoidal_encoder_training.cli.console:{name.replace('-', '_')}"
+        assert f"sinusoidal_encoder_training/{entry.module.replace('.', '/')}.py" in names, name
     extras = extra_requirements(metadata)
     assert {"training", "onnx", "integrations", "all"} <= set(extras)
     assert extras["all"] == set().union(*extras.values())  # everything a user needs
@@ -310,7 +310,7 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path, installed):
         [
             str(python),
             "-c",
-            "import sinusoidal_encoder_training.data as d; print(d.__file__); print(d.SHIPPED_TOKENIZER)",
+            "import sinusoidal_encoder_training.data.pipeline as d; print(d.__file__); print(d.SHIPPED_TOKENIZER)",
         ],
         cwd=work,
         capture_output=True,
@@ -327,7 +327,7 @@ def test_installed_wheel_pretrains_from_another_directory(tmp_path, installed):
     cmd = [
         str(python),
         "-m",
-        "sinusoidal_encoder_training.pretraining",
+        "sinusoidal_encoder_training.stages.pretraining",
         *("--train_file", str(train), "--validation_file", str(validation)),
         *("--config_name", "tiny", "--config_overrides", TINY, "--max_seq_length", "32"),
         *("--per_device_train_batch_size", "8", "--max_train_steps", "2", "--output_dir", str(out)),

@@ -135,7 +135,7 @@ def test_every_variant_exports_to_onnx_and_runs_at_any_length(encoding, tmp_path
     equals PyTorch at lengths 8 and 300 (past the 16 positions of the config), padded rows included."""
     pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
     pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the `integrations` extra)")
-    from sinusoidal_encoder_training.onnx_export import check_onnx, export_onnx
+    from sinusoidal_encoder_training.publishing.onnx_export import check_onnx, export_onnx
 
     model = se.SinusoidalEncoderModel(tiny_config(position_encoding=encoding, max_position_embeddings=16)).eval()
     model = with_drawn_parameters(model)

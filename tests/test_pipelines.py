@@ -177,7 +177,7 @@ def test_question_answering_answers_start_at_words(tmp_path, tokenizer):
 
 def fill_mask_command(argv, monkeypatch, capsys):
     """`training/fill_mask.py ARGV` in-process, behind the command-line front: (exit status, stdout, stderr)."""
-    from sinusoidal_encoder_training import fill_mask
+    from sinusoidal_encoder_training.stages import fill_mask
 
     return run_command(fill_mask.main, "fill_mask.py", argv, monkeypatch, capsys)
 

@@ -249,7 +249,7 @@ def test_attention_side_encodings_export_to_onnx_and_run_at_any_length(encoding,
     equals PyTorch at lengths 8 and 300 (past the 16 positions of the config), padded rows included."""
     pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
     pytest.importorskip("onnxruntime", reason="the ONNX check needs onnxruntime (the `integrations` extra)")
-    from sinusoidal_encoder_training.onnx_export import check_onnx, export_onnx
+    from sinusoidal_encoder_training.publishing.onnx_export import check_onnx, export_onnx
 
     model = modeling.SinusoidalEncoderModel(tiny_config(position_encoding=encoding, max_position_embeddings=16)).eval()
     path = export_onnx(model, str(tmp_path / "model.onnx"), "last_hidden_state")

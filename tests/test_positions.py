@@ -157,7 +157,7 @@ def test_bad_position_settings_are_refused(overrides, field):
     ],
 )
 def test_model_card_says_which_positions_the_model_uses(tmp_path, sampling, inference):
-    from sinusoidal_encoder_training.model_card import render_model_card
+    from sinusoidal_encoder_training.publishing.model_card import render_model_card
 
     drawn = {"position_range": SPAN, "position_inference": inference} if sampling != "consecutive" else {}
     model = AutoModel.from_config(tiny_config(position_mode=sampling, **drawn))

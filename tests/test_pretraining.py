@@ -37,7 +37,7 @@ from conftest import (
 from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.torch import load_file
 
-from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.cli.command_line import UsageError
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 
@@ -92,7 +92,7 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
     from accelerate import Accelerator
 
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
 
     model = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True))
     task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
@@ -119,8 +119,8 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
 def test_the_counts_of_a_batch_stay_on_its_device(task_name):
     """The loss units and the tokens of a batch are scalars on the batch's device (the training loop stacks them
     there): a batch on the meta device stands in for one on a GPU, where a CPU count stopped the first step."""
-    from sinusoidal_encoder_training.classification import ClassificationTask
-    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.tasks.classification import ClassificationTask
 
     if task_name == "masked-lm":
         task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
@@ -146,9 +146,9 @@ def test_the_loss_units_of_the_tasks_are_those_the_heads_divide_by(problem):
     by its own count of units without it; the training library counts the same units (`loss_units`), so that the
     loss it asks for with `num_items_in_batch=loss_units(batch)` is the head's own mean."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.classification import ClassificationTask
-    from sinusoidal_encoder_training.finetuning import model_inputs
-    from sinusoidal_encoder_training.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.stages.finetuning import model_inputs
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.tasks.classification import ClassificationTask
 
     ids = torch.randint(1, VOCAB_SIZE, (3, 10), generator=torch.Generator().manual_seed(0))
     if problem == "masked-lm":
@@ -187,7 +187,7 @@ def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
     process 1 its first; every other batch, and a loader accelerate did not prepare, keep all their labels."""
     from types import SimpleNamespace
 
-    from sinusoidal_encoder_training.even_batches import unlabel_repeated_examples
+    from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 
     labels = torch.arange(12).reshape(4, 3)
     for process, kept in ((0, 4), (1, 1)):
@@ -208,7 +208,7 @@ def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, 
     """Through the loop: each training micro-batch one forward, each evaluation batch two (as written and
     permuted), and no cross-entropy but the model's own. A ready model passed to `pretrain` is the one trained."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     config = tiny_pretraining(corpus, tmp_path / "out", max_train_steps=3, gradient_accumulation_steps=2)
     model = se.SinusoidalEncoderForMaskedLM(
@@ -228,7 +228,7 @@ def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, 
 
 def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused():
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.pretraining import check_vocabulary
+    from sinusoidal_encoder_training.stages.pretraining import check_vocabulary
 
     ours = se.SinusoidalEncoderForMaskedLM(tiny_config())
     check_vocabulary(ours, ours.config.vocab_size)
@@ -381,8 +381,8 @@ def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, cor
     skipped, a save interrupted before its rename is no checkpoint, and the run resumes from the newest whole one.
     Passed by path, a damaged checkpoint stops the command before any work with one line naming the damage. (The
     commands run in-process.)"""
-    from sinusoidal_encoder_training import pretraining
-    from sinusoidal_encoder_training.checkpoints import MANIFEST, checkpoint_damage
+    from sinusoidal_encoder_training.runs.checkpoints import MANIFEST, checkpoint_damage
+    from sinusoidal_encoder_training.stages import pretraining
 
     def pretrain(out, *argv):
         return run_command(pretraining.main, "pretrain.py", pretrain_cmd(corpus, out, *argv)[2:], monkeypatch, capsys)
@@ -423,7 +423,7 @@ def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, cor
 def test_two_processes_give_the_losses_of_one(tmp_path, corpus, monkeypatch, capsys):
     """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise (the one
     process runs in-process)."""
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     no_dropout = (
         TINY + ",hidden_dropout_prob=0.0,attention_probs_dropout_prob=0.0"
@@ -523,7 +523,7 @@ def test_push_to_hub_uploads_the_folder_but_not_checkpoints(tmp_path, corpus, mo
     """The upload is tested offline with a fake HfApi standing in for huggingface_hub's."""
     import huggingface_hub
 
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     api = FakeHfApi(user="someone")
     monkeypatch.setattr(huggingface_hub, "HfApi", api)
@@ -554,7 +554,7 @@ def test_push_to_hub_is_checked_before_any_work(tmp_path, corpus, monkeypatch, a
     """No token, no Hub, a namespace the token may not write to: found before the data is read."""
     import huggingface_hub
 
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     monkeypatch.setattr(huggingface_hub, "HfApi", api)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", offline)
@@ -568,7 +568,7 @@ def test_push_to_hub_is_checked_before_any_work(tmp_path, corpus, monkeypatch, a
 def test_a_failed_upload_keeps_the_saved_model_and_says_how_to_retry(tmp_path, corpus, monkeypatch):
     import huggingface_hub
 
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     api = FakeHfApi(user="someone", fail_commit=ConnectionError("[Errno 111] Connection refused"))
     monkeypatch.setattr(huggingface_hub, "HfApi", api)
@@ -593,7 +593,7 @@ def test_a_failed_upload_keeps_the_saved_model_and_says_how_to_retry(tmp_path, c
 def test_bad_settings_found_in_the_data_or_the_model_fail_before_training(tmp_path, corpus, settings, message):
     """What the configuration cannot check alone (a model config field, a column of the data) stops the stage
     before its first step; the configuration's own checks are in test_run_config.py."""
-    from sinusoidal_encoder_training import pretraining
+    from sinusoidal_encoder_training.stages import pretraining
 
     config = tiny_pretraining(corpus, tmp_path / "out", max_train_steps=1, **settings)
     with pytest.raises(ValueError, match=message):
@@ -603,8 +603,8 @@ def test_bad_settings_found_in_the_data_or_the_model_fail_before_training(tmp_pa
 
 def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_path, monkeypatch):
     """The model config (preset, sizes, `--config_overrides`) is built and checked before any data is loaded."""
-    from sinusoidal_encoder_training import pretraining
-    from sinusoidal_encoder_training.command_line import UsageError
+    from sinusoidal_encoder_training.cli.command_line import UsageError
+    from sinusoidal_encoder_training.stages import pretraining
 
     def must_not_load(*args, **kwargs):
         raise AssertionError("the data was read before the config was checked")
@@ -622,8 +622,8 @@ def test_a_bad_config_override_stops_pretraining_before_the_data_is_read(tmp_pat
 def test_a_first_signal_asks_the_loop_to_stop_and_a_second_stops_at_once(capsys, first, second):
     """The first SIGINT or SIGTERM only records the request (the loop stops after the step in progress and saves
     it), with one line; the second raises at once, as its own kind; the handlers before training come back."""
-    from sinusoidal_encoder_training.command_line import Interrupted, Terminated
-    from sinusoidal_encoder_training.stopping import StopRequest
+    from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated
+    from sinusoidal_encoder_training.runs.stopping import StopRequest
 
     # as in a terminal (a suite started with `&` has SIGINT ignored, which install() leaves as it is)
     ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -695,7 +695,7 @@ def test_ctrl_c_ends_with_the_newest_checkpoint_and_the_command_that_resumes(
 def test_the_processes_agreement_on_a_stop_is_read_one_step_late():
     """Several processes read their agreement on a stop from the reduction of the step before (the device has long
     computed it), not from the step's own: a sum posted at one step is what the next step reads."""
-    from sinusoidal_encoder_training.stopping import StopAgreement, StopRequest
+    from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest
 
     agreement = StopAgreement()
     assert not agreement.agreed()  # the first step: nothing reduced yet
@@ -737,7 +737,7 @@ def test_two_processes_stop_after_the_same_step_when_one_is_asked(tmp_path, smal
     """SIGTERM to one process of two (gloo, on the CPU; the other is not signalled): both stop after the same
     optimizer step, save its checkpoint together and name it; neither waits for the other in a collective the other
     never joins."""
-    from sinusoidal_encoder_training.checkpoints import complete_checkpoints
+    from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
 
     out = tmp_path / "out"
     launcher = (ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
@@ -770,7 +770,7 @@ def test_one_process_never_waits_for_the_device_between_logged_steps(tmp_path, c
     once (at the end), so a GPU step never waits for the one before."""
     from accelerate import Accelerator
 
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     class Watched(torch.Tensor):
         reads = 0

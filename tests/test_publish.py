@@ -1,5 +1,5 @@
-"""Publishing an exported folder (`sinusoidal-encoder-publish`, training/sinusoidal_encoder_training/hub.py): one
-commit of the folder's files without its checkpoints, the card naming the Hub id; the folder left as it was, also
+"""Publishing an exported folder (`sinusoidal-encoder-publish`, `sinusoidal_encoder_training.publishing.hub`):
+one commit of the folder's files without its checkpoints, the card naming the Hub id; the folder left as it was, also
 when the upload fails; `--dry_run` shows what would go; the token checked before anything is sent; the Hub id's form
 and the weights (readable, matching config.json) checked first, by a dry run too."""
 
@@ -15,8 +15,10 @@ from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest
 from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.torch import load_file, save_file
 
-from sinusoidal_encoder_training import command_line, finetuning, hub, pretraining
-from sinusoidal_encoder_training.command_line import UsageError
+from sinusoidal_encoder_training.cli import command_line
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.publishing import hub
+from sinusoidal_encoder_training.stages import finetuning, pretraining
 
 
 @pytest.fixture

@@ -14,17 +14,10 @@ import pytest
 from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corpus
 
 from benchmarks import length_generalization as lg
-from sinusoidal_encoder_training import (
-    distillation,
-    fill_mask,
-    finetuning,
-    hub,
-    onnx_export,
-    pretraining,
-    tokenizer_training,
-)
-from sinusoidal_encoder_training.arguments import ConfigParser, parse_config
+from sinusoidal_encoder_training.cli.arguments import ConfigParser, parse_config
 from sinusoidal_encoder_training.configs import DataConfig, FinetuningConfig, PretrainingConfig, TrainingConfig
+from sinusoidal_encoder_training.publishing import hub, onnx_export
+from sinusoidal_encoder_training.stages import distillation, fill_mask, finetuning, pretraining, tokenizer_training
 
 MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
 
@@ -226,7 +219,7 @@ def test_help_and_a_bad_value_answer_before_any_heavy_library_is_imported():
     ]
     script = f"""
 import contextlib, io, sys
-from sinusoidal_encoder_training import console
+from sinusoidal_encoder_training.cli import console
 errors = io.StringIO()
 for name, argv in {runs!r}:
     sys.argv = [name, *argv]
@@ -298,7 +291,7 @@ def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(mo
     """`front()`: a UsageError ends with one `prog: error:` line and status 2; any other exception, and a
     UsageError under SINUSOIDAL_ENCODER_DEBUG=1, propagates with its traceback; a UsageError is a ValueError for
     code that calls the library."""
-    from sinusoidal_encoder_training.command_line import UsageError, front
+    from sinusoidal_encoder_training.cli.command_line import UsageError, front
 
     def bad_input():
         raise UsageError("--learning_rate must be positive, got -1.0.")
@@ -338,9 +331,9 @@ def test_the_front_prints_anticipated_errors_alone_and_keeps_other_tracebacks(mo
 def test_a_missing_model_source_is_named_before_any_work(tmp_path, monkeypatch, value, message):
     """What looks local and is not there is a missing folder, not a Hub id; a bare name is listed with the presets;
     the configurations check it when they are built."""
-    from sinusoidal_encoder_training.arguments import check_model_source
-    from sinusoidal_encoder_training.command_line import UsageError
-    from sinusoidal_encoder_training.pretraining import PretrainingConfig
+    from sinusoidal_encoder_training.cli.arguments import check_model_source
+    from sinusoidal_encoder_training.cli.command_line import UsageError
+    from sinusoidal_encoder_training.stages.pretraining import PretrainingConfig
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs").mkdir()
@@ -355,7 +348,7 @@ def test_presets_cached_hub_ids_and_existing_paths_pass_the_source_check(tmp_pat
     """Offline, a Hub id passes when the cache has a copy of it (as transformers would then load it)."""
     from huggingface_hub import constants
 
-    from sinusoidal_encoder_training.arguments import check_model_source
+    from sinusoidal_encoder_training.cli.arguments import check_model_source
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "here").mkdir(parents=True)
@@ -383,8 +376,8 @@ def test_a_name_neither_here_nor_on_the_hub_is_one_line_with_the_nearest_folder(
     online, against the Hub; the line names the nearest local folder."""
     from huggingface_hub import HfApi, constants
 
-    from sinusoidal_encoder_training.arguments import check_model_source
-    from sinusoidal_encoder_training.command_line import UsageError
+    from sinusoidal_encoder_training.cli.arguments import check_model_source
+    from sinusoidal_encoder_training.cli.command_line import UsageError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my-model").mkdir()
@@ -457,7 +450,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize(("command", "argv", "message"), BAD_INPUT)
 def test_bad_input_to_any_command_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, command, argv, message):
-    from sinusoidal_encoder_training import console
+    from sinusoidal_encoder_training.cli import console
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)

@@ -21,9 +21,9 @@ from conftest import (
     write_text_corpus,
 )
 
-from sinusoidal_encoder_training.atomic import temporaries
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.run_folder import MAY_CHANGE, release_lock, settings_differences, take_lock
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.runs.atomic import temporaries
+from sinusoidal_encoder_training.runs.run_folder import MAY_CHANGE, release_lock, settings_differences, take_lock
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def finetune_cmd(model_dir, output_dir, *extra):
 def test_a_folder_with_other_files_is_refused_before_any_work_and_left_as_it_was(tmp_path, corpus):
     """A fine-tuned classifier's folder with a user's file: pretraining into it is refused in one line naming its
     files and the way to overwrite; nothing in it changes."""
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     folder = tmp_path / "classifier"
     folder.mkdir()
@@ -101,7 +101,7 @@ def test_a_resume_with_other_settings_is_refused_naming_every_difference(tmp_pat
     """A run checkpointed at step 2; resumed with another batch size and sequence length: one line naming both
     (the old and the new value) before the data is read; resumed with more steps (a setting a resume may change):
     it continues from step 2. Fine-tuning never resumes the pretraining folder. (The commands run in-process.)"""
-    from sinusoidal_encoder_training import finetuning, pretraining
+    from sinusoidal_encoder_training.stages import finetuning, pretraining
 
     def pretrain(*argv):
         return run_command(
@@ -151,7 +151,7 @@ def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_pa
         [
             sys.executable,
             "-c",
-            "import sys, time; from sinusoidal_encoder_training.run_folder import take_lock; "
+            "import sys, time; from sinusoidal_encoder_training.runs.run_folder import take_lock; "
             f"assert take_lock({str(folder)!r}) is None; print('locked', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,
@@ -202,7 +202,7 @@ def test_a_run_the_disk_cannot_hold_stops_before_training(tmp_path, corpus, monk
     """The checkpoints a run keeps and its model, estimated before the first step against the disk's free space."""
     import shutil
 
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     usage, real = shutil.disk_usage(tmp_path), shutil.disk_usage
     full = lambda path: usage._replace(free=1_000_000) if str(path).startswith(str(tmp_path)) else real(path)  # noqa: E731
@@ -218,8 +218,8 @@ def test_a_failed_final_save_leaves_nothing_half_written_and_says_how_to_save_ag
     resume that saves the model; that resume then saves it."""
     import errno
 
-    from sinusoidal_encoder_training import export as export_module
-    from sinusoidal_encoder_training.pretraining import export, pretrain
+    from sinusoidal_encoder_training.publishing import export as export_module
+    from sinusoidal_encoder_training.stages.pretraining import export, pretrain
 
     out = tmp_path / "out"
     config = tiny_pretraining(corpus, out, max_train_steps=4, checkpointing_steps=2)
@@ -251,8 +251,8 @@ def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, corpus, monke
     import errno
     import os
 
-    from sinusoidal_encoder_training import run_folder
-    from sinusoidal_encoder_training.pretraining import pretrain
+    from sinusoidal_encoder_training.runs import run_folder
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
 
     file = tmp_path / "a-file"
     file.write_text("")

@@ -1,5 +1,5 @@
-"""`sinusoidal_encoder_training.distillation` (`training/distill.py`, `sinusoidal-encoder-distill`): distilling a
-sentence-transformers teacher into an exported folder."""
+"""`sinusoidal_encoder_training.stages.distillation` (`training/distill.py`, `sinusoidal-encoder-distill`):
+distilling a sentence-transformers teacher into an exported folder."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import torch
 from conftest import REPO, env, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import distillation
-from sinusoidal_encoder_training.command_line import UsageError
-from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
+from sinusoidal_encoder_training.stages import distillation
 
 MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
 

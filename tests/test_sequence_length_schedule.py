@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.configs import PretrainingConfig, parse_length_schedule
-from sinusoidal_encoder_training.pretraining import MaskedLMTask, describe_length_schedule
+from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask, describe_length_schedule
 
 
 def test_schedule_is_parsed_and_checked():

@@ -45,8 +45,8 @@ def folders(tmp_path_factory, tokenizer) -> dict[str, Path]:
     write them."""
     pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
     from sinusoidal_encoder_training.configs import OnnxExportConfig
-    from sinusoidal_encoder_training.export import save_tokenizer, write_sentence_transformers_files
-    from sinusoidal_encoder_training.onnx_export import run
+    from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
+    from sinusoidal_encoder_training.publishing.onnx_export import run
 
     root = tmp_path_factory.mktemp("served")
     shared = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}

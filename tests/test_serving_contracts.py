@@ -95,8 +95,8 @@ def test_an_onnx_export_answers_as_text_embeddings_inference_reads_it(tmp_path, 
     ort = pytest.importorskip("onnxruntime", reason="needs onnxruntime (the `integrations` extra)")
     pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
     from sinusoidal_encoder_training.configs import OnnxExportConfig
-    from sinusoidal_encoder_training.export import write_sentence_transformers_files
-    from sinusoidal_encoder_training.onnx_export import run
+    from sinusoidal_encoder_training.publishing.export import write_sentence_transformers_files
+    from sinusoidal_encoder_training.publishing.onnx_export import run
 
     config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, max_position_embeddings=16)
     model = se.SinusoidalEncoderForMaskedLM(config).eval()

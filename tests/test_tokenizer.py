@@ -151,8 +151,8 @@ def test_trained_tokenizer_has_the_shipped_pipeline(tmp_path):
     folder (save_tokenizer, then AutoTokenizer) keeps it."""
     from pydoc_data.topics import topics
 
-    from sinusoidal_encoder_training.export import save_tokenizer
-    from sinusoidal_encoder_training.tokenizer_training import build_tokenizer
+    from sinusoidal_encoder_training.publishing.export import save_tokenizer
+    from sinusoidal_encoder_training.stages.tokenizer_training import build_tokenizer
 
     texts = [" ".join(text.split()) for _, text in sorted(topics.items())[:40]]
     trained = build_tokenizer([texts], vocab_size=600, min_frequency=2)
@@ -213,8 +213,8 @@ def test_train_tokenizer_refuses_a_model_folder_and_retrains_its_own(tmp_path, t
     was) unless --overwrite_output_dir; a folder this command trained (the shipped one's files) is retrained."""
     from conftest import folder_digest
 
-    from sinusoidal_encoder_training.command_line import UsageError
-    from sinusoidal_encoder_training.tokenizer_training import TokenizerTrainingConfig
+    from sinusoidal_encoder_training.cli.command_line import UsageError
+    from sinusoidal_encoder_training.stages.tokenizer_training import TokenizerTrainingConfig
 
     model = tmp_path / "model"
     model.mkdir()
@@ -243,7 +243,7 @@ def test_train_tokenizer_says_when_the_corpus_gives_fewer_tokens_than_asked(tmp_
     """A corpus that gives fewer tokens than `--vocab_size` asks for says so in a note naming both counts."""
     from conftest import run_command
 
-    from sinusoidal_encoder_training import tokenizer_training
+    from sinusoidal_encoder_training.stages import tokenizer_training
 
     corpus = tmp_path / "tiny.txt"
     corpus.write_text("the cat sat on the mat\n" * 50)

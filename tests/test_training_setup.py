@@ -16,12 +16,18 @@ from accelerate.utils import DistributedType
 from conftest import REPO, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder_training import console, pretraining
-from sinusoidal_encoder_training.arguments import apply_overrides
-from sinusoidal_encoder_training.commands import COMMANDS, SCRIPT_PREFIX, console_scripts
+from sinusoidal_encoder_training.cli import console
+from sinusoidal_encoder_training.cli.arguments import apply_overrides
+from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX, console_scripts
 from sinusoidal_encoder_training.configs import MODEL_SIZES
-from sinusoidal_encoder_training.export import card_language, describe_data, hub_dataset_id, published_config
-from sinusoidal_encoder_training.optimization import parameter_groups
+from sinusoidal_encoder_training.publishing.export import (
+    card_language,
+    describe_data,
+    hub_dataset_id,
+    published_config,
+)
+from sinusoidal_encoder_training.runs.optimization import parameter_groups
+from sinusoidal_encoder_training.stages import pretraining
 
 
 @pytest.mark.parametrize(("size", "low", "high"), [("tiny", 0.3e6, 3e6), ("small", 3e6, 20e6), ("base", 105e6, 115e6)])
@@ -128,7 +134,7 @@ def test_each_checkout_script_runs_its_command_of_the_table():
         imported = [
             (node.module, a.name) for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names
         ]
-        assert imported == [("sinusoidal_encoder_training.console", shim.stem)], shim
+        assert imported == [("sinusoidal_encoder_training.cli.console", shim.stem)], shim
 
 
 def test_the_console_scripts_and_python_m_follow_the_command_table():
@@ -136,7 +142,8 @@ def test_the_console_scripts_and_python_m_follow_the_command_table():
     the command's stage; `python -m sinusoidal_encoder_training` lists every command and runs any of them."""
     assert COMMANDS["evaluate"].module == "model_evaluation"  # the table holds every command, the newest too
     expected = [
-        f"{SCRIPT_PREFIX}{name} = sinusoidal_encoder_training.console:{name.replace('-', '_')}" for name in COMMANDS
+        f"{SCRIPT_PREFIX}{name} = sinusoidal_encoder_training.cli.console:{name.replace('-', '_')}"
+        for name in COMMANDS
     ]
     assert console_scripts() == expected
     setup_source = (REPO / "setup.py").read_text()
@@ -194,7 +201,7 @@ def test_setup_run_again_installs_nothing_and_needs_no_registry():
     import subprocess
 
     stamp = REPO / ".venv" / ".installed-from"
-    installed = ("pyproject.toml", "setup.py", "training/sinusoidal_encoder_training/commands.py")
+    installed = ("pyproject.toml", "setup.py", "training/sinusoidal_encoder_training/cli/commands.py")
     wanted = hashlib.sha256(b"".join((REPO / name).read_bytes() for name in installed)).hexdigest()
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         pytest.skip("this .venv was not set up by scripts/setup.sh from this pyproject.toml (run it first)")
@@ -253,7 +260,7 @@ def test_the_task_table_has_one_entry_per_head_of_the_model():
     """One task table (`tasks.TASKS`): every head the model registers (its config's AUTO_MAP) has one entry, whose
     Auto class loads it and whose head names its class; the ONNX export, fill-mask, the card and the pictures read
     the table. A class of another library is judged by its name alone."""
-    from sinusoidal_encoder_training.tasks import TASKS, loss_unit, task_of_architecture
+    from sinusoidal_encoder_training.tasks.registry import TASKS, loss_unit, task_of_architecture
 
     assert sorted(task.auto_class for task in TASKS.values()) == sorted(a.__name__ for a in se.AUTO_CLASSES)
     for auto_class, model_class in se.AUTO_CLASSES.items():

@@ -18,7 +18,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import sinusoidal_encoder as se
 from sinusoidal_encoder import fast_paths
 from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-from sinusoidal_encoder_training.export import save_tokenizer
+from sinusoidal_encoder_training.publishing.export import save_tokenizer
 
 TF4_PYTHON = Path(os.environ.get("SINUSOIDAL_TF4_PYTHON", REPO / ".venv-tf4" / "bin" / "python"))
 TEXTS = ["Return the sinusoidal encoding of every position.", "naïve café — 東京 🙂"]

@@ -40,7 +40,8 @@ def model_folder(root, tokenizer, cls=se.SinusoidalEncoderForMaskedLM):
 
 def command(name, folder, tmp_path):
     """(main, program, argv, flag) of command `name` on the model folder `folder`, writing under tmp_path/out."""
-    from sinusoidal_encoder_training import fill_mask, finetuning, onnx_export, pretraining
+    from sinusoidal_encoder_training.publishing import onnx_export
+    from sinusoidal_encoder_training.stages import fill_mask, finetuning, pretraining
 
     out = tmp_path / "out"
     if name == "fill_mask":
@@ -91,7 +92,7 @@ def test_a_damaged_folder_is_one_line_naming_the_file_before_any_work(
 
 def data_command(name, train, validation, tmp_path, *extra):
     """(main, program, argv) of a data-reading command on the two files, writing under tmp_path/out."""
-    from sinusoidal_encoder_training import finetuning, pretraining, tokenizer_training
+    from sinusoidal_encoder_training.stages import finetuning, pretraining, tokenizer_training
 
     files = ["--train_file", train, "--validation_file", validation, "--output_dir", tmp_path / "out", *extra]
     if name == "pretrain":
@@ -105,7 +106,7 @@ def data_command(name, train, validation, tmp_path, *extra):
 def _shipped_tokenizer():
     from transformers import AutoTokenizer
 
-    from sinusoidal_encoder_training.data import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER
 
     return AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
 
@@ -195,7 +196,7 @@ def test_a_missing_text_is_one_line_naming_the_row(tmp_path, monkeypatch, capsys
 
 def test_token_classification_needs_every_word_as_text(tmp_path, tokenizer, monkeypatch, capsys):
     """A null among a row's words ended in the tokenizer's TypeError (found 2026-11-27)."""
-    from sinusoidal_encoder_training import finetuning
+    from sinusoidal_encoder_training.stages import finetuning
 
     rows = [{"tokens": ["Ada", "wrote", "code"], "tags": ["B-PER", "O", "O"]}] * 3
     train = jsonl(tmp_path / "train.jsonl", [*rows, {"tokens": ["Grace", None], "tags": ["B-PER", "O"]}])
@@ -212,7 +213,7 @@ def test_token_classification_needs_every_word_as_text(tmp_path, tokenizer, monk
 
 def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkeypatch, capsys):
     """A row whose tags are fewer than its words is one line naming the file and the row, before training."""
-    from sinusoidal_encoder_training import finetuning
+    from sinusoidal_encoder_training.stages import finetuning
 
     rows = [{"tokens": ["Ada", "wrote", "code"], "tags": ["B-PER", "O", "O"]}] * 3
     train = jsonl(tmp_path / "train.jsonl", [*rows, {"tokens": ["Grace", "Hopper", "sailed"], "tags": ["B-PER", "O"]}])

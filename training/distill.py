@@ -1,8 +1,8 @@
 """`python training/distill.py --help`, in a checkout: the command line of
-`sinusoidal_encoder_training.distillation` (installed: `sinusoidal-encoder-distill`),
-through the same entry as the console script (`sinusoidal_encoder_training.console`)."""
+`sinusoidal_encoder_training.stages.distillation` (installed: `sinusoidal-encoder-distill`),
+through the same entry as the console script (`sinusoidal_encoder_training.cli.console`)."""
 
-from sinusoidal_encoder_training.console import distill
+from sinusoidal_encoder_training.cli.console import distill
 
 if __name__ == "__main__":
     distill()

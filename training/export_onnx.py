@@ -1,8 +1,8 @@
 """`python training/export_onnx.py --help`, in a checkout: the command line of
-`sinusoidal_encoder_training.onnx_export` (installed: `sinusoidal-encoder-export-onnx`),
-through the same entry as the console script (`sinusoidal_encoder_training.console`)."""
+`sinusoidal_encoder_training.publishing.onnx_export` (installed: `sinusoidal-encoder-export-onnx`),
+through the same entry as the console script (`sinusoidal_encoder_training.cli.console`)."""
 
-from sinusoidal_encoder_training.console import export_onnx
+from sinusoidal_encoder_training.cli.console import export_onnx
 
 if __name__ == "__main__":
     export_onnx()

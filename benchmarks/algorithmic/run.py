@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from transformers import get_scheduler
 
-from sinusoidal_encoder_training.optimization import parameter_groups
+from sinusoidal_encoder_training.runs.optimization import parameter_groups
 
 from .arms import ARMS, EVALUATED_FROM, ModelSize, build_model, inference_overrides
 from .records import append_run, load_runs, results_file

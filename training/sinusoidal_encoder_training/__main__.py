@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from sinusoidal_encoder_training.commands import COMMANDS, SCRIPT_PREFIX
+from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX
 
 PROGRAM = "python -m sinusoidal_encoder_training"
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     if name.replace("_", "-") not in COMMANDS:
         sys.stderr.write(f"{usage()}\n{PROGRAM}: error: no command {name!r}: choose one of {', '.join(COMMANDS)}\n")
         sys.exit(2)
-    from sinusoidal_encoder_training.console import command
+    from sinusoidal_encoder_training.cli.console import command
 
     sys.argv[0] = f"{PROGRAM} {name}"  # argparse's `prog`: the usage line and the one-line errors name the command
     command(name)(flags)

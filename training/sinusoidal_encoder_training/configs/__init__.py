@@ -10,15 +10,24 @@ answers `--help` and refuses a bad value at once, before the libraries that do t
 
 from __future__ import annotations
 
-from .data import DataConfig
-from .distillation import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
-from .evaluation import EvaluationConfig
-from .fill_mask import FillMaskConfig
-from .finetuning import FinetuningConfig, ProblemType, TaskDataConfig
-from .onnx_export import OLDEST_ONNX_OPSET, OnnxExportConfig, check_opset, check_output, creation_failure
-from .output import COMPILE_MODES, LR_SCHEDULERS, OutputConfig, TrainingConfig
-from .pretraining import MODEL_SIZES, PretrainingConfig, parse_length_schedule
-from .tokenizer import (
+from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.distillation import (
+    DEFAULT_TEACHER,
+    DEFAULT_TEACHER_PACKAGE,
+    DistillationConfig,
+)
+from sinusoidal_encoder_training.configs.evaluation import EvaluationConfig
+from sinusoidal_encoder_training.configs.fill_mask import FillMaskConfig
+from sinusoidal_encoder_training.configs.finetuning import FinetuningConfig, ProblemType, TaskDataConfig
+from sinusoidal_encoder_training.configs.onnx_export import (
+    OLDEST_ONNX_OPSET,
+    OnnxExportConfig,
+    check_opset,
+    check_output,
+)
+from sinusoidal_encoder_training.configs.output import COMPILE_MODES, LR_SCHEDULERS, OutputConfig, TrainingConfig
+from sinusoidal_encoder_training.configs.pretraining import MODEL_SIZES, PretrainingConfig, parse_length_schedule
+from sinusoidal_encoder_training.configs.tokenizer import (
     SPECIAL_TOKENS,
     TOKENIZER_FILES,
     TRAINER_BYTES_PER_TOKEN,
@@ -51,7 +60,6 @@ __all__ = [
     "TrainingConfig",
     "check_opset",
     "check_output",
-    "creation_failure",
     "parse_length_schedule",
     "physical_memory",
     "tokenizer_folder_problem",

@@ -7,9 +7,9 @@ import dataclasses
 import os
 import re
 
-from ..arguments import FlagConfig, check_model_source
-from ..command_line import UsageError
-from ..data_files import LOCAL_FORMATS, _extension, check_data_file, check_datasets_cache
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.data.files import LOCAL_FORMATS, _extension, check_data_file, check_datasets_cache
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

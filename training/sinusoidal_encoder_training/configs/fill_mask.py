@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..arguments import FlagConfig, check_model_source, check_positive
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -7,11 +7,11 @@ import dataclasses
 import importlib.util
 from typing import Literal
 
-from ..arguments import FlagConfig, check_model_source, check_positive, redefault
-from ..command_line import UsageError, require_extra
-from ..tasks import FINETUNED, TASKS, reading
-from .data import DataConfig
-from .output import TrainingConfig
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive, redefault
+from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
+from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.output import TrainingConfig
+from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, reading
 
 ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-import tempfile
 
-from ..arguments import Cleared, FlagConfig, check_model_source
-from ..command_line import UsageError
-from ..run_folder import existing_parent
-from ..tasks import EXPORTED
+from sinusoidal_encoder_training.cli.arguments import Cleared, FlagConfig, check_model_source
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.runs.run_folder import creation_failure, existing_parent
+from sinusoidal_encoder_training.tasks.registry import EXPORTED
 
 OLDEST_ONNX_OPSET = 17  # the exported graph's LayerNormalization is an ONNX operator from opset 17 on
 
@@ -146,13 +145,3 @@ def check_output(path: str, name: str, overwrite: bool) -> None:
     failure = creation_failure(parent)
     if failure is not None:
         raise UsageError(f"{name} {path!r} cannot be written: creating a file in {parent!r} fails ({failure}).")
-
-
-def creation_failure(folder: str) -> str | None:
-    """Why no file can be created in the existing `folder` (the system's reason), or None: a file is created there
-    and removed, which tells what `os.access` cannot (a superuser on a read-only or special file system)."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            return None
-    except OSError as error:
-        return error.strerror or type(error).__name__

@@ -7,10 +7,10 @@ import dataclasses
 import os
 from typing import Literal
 
-from ..arguments import FlagConfig, check_positive, check_seeds
-from ..checkpoints import checkpoint_damage, resolve_checkpoint
-from ..command_line import UsageError
-from ..hub import check_hub_model_id
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.publishing.hub import check_hub_model_id
+from sinusoidal_encoder_training.runs.checkpoints import checkpoint_damage, resolve_checkpoint
 
 LR_SCHEDULERS = Literal[
     "linear",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..arguments import check_model_source
-from ..command_line import UsageError
-from ..resources import SHIPPED_TOKENIZER
-from .data import DataConfig
-from .output import TrainingConfig
+from sinusoidal_encoder_training.cli.arguments import check_model_source
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.output import TrainingConfig
+from sinusoidal_encoder_training.resources import SHIPPED_TOKENIZER
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
 MODEL_SIZES = {
@@ -27,9 +27,9 @@ class PretrainingConfig(DataConfig, TrainingConfig):
         accelerate launch --mixed_precision bf16 --num_processes 8 training/pretrain.py \\
             --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 --config_name base --output_dir out
 
-    With no data flag it trains on the built-in offline corpus (`sinusoidal_encoder_training.corpus`) with the shipped
-    tokenizer (tokenizer_config/). The output folder ends Hub-ready: weights (safetensors), config with auto_map, the
-    model code, tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to
+    With no data flag it trains on the built-in offline corpus (`sinusoidal_encoder_training.data.corpus`) with the
+    shipped tokenizer (tokenizer_config/). The output folder ends Hub-ready: weights (safetensors), config with
+    auto_map, the model code, tokenizer, README.md (the model card) and metrics.jsonl. Resumable states go to
     output_dir/checkpoints/step_N.
 
     The run configuration: only `output_dir` is required, `PretrainingConfig(output_dir="out", max_train_steps=100)`.

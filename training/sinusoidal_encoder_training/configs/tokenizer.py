@@ -7,12 +7,11 @@ import dataclasses
 import json
 import os
 
-from ..arguments import check_positive, check_seeds
-from ..atomic import is_temporary
-from ..command_line import UsageError
-from ..run_folder import existing_parent
-from .data import DataConfig
-from .onnx_export import creation_failure
+from sinusoidal_encoder_training.cli.arguments import check_positive, check_seeds
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.runs.atomic import is_temporary
+from sinusoidal_encoder_training.runs.run_folder import creation_failure, existing_parent
 
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",

@@ -1,0 +1,51 @@
+"""The commands as callables: `console.pretrain`, `console.fill_mask`, ... (a name of `commands.COMMANDS`, `-` as
+`_`), each a `Command`, which the console scripts (`sinusoidal-encoder-pretrain`, ...), `python -m
+sinusoidal_encoder_training pretrain` and the `training/*.py` scripts of a checkout call. A command parses its flags
+with its run configuration (`configs`, which imports no heavy library, so that `--help` and a bad flag answer at
+once), then imports its stage's module and runs it; a module of an extra that is not installed ends in one line
+naming the extra (the extras each command needs: its entry of the table)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from sinusoidal_encoder_training import configs
+from sinusoidal_encoder_training.cli.arguments import parse_config
+from sinusoidal_encoder_training.cli.command_line import front
+from sinusoidal_encoder_training.cli.commands import COMMANDS
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A console script (`console.py`): calling it parses the flags (`argv`, `sys.argv[1:]` by default) into
+    `config_class` (`--help`, and a bad value's one line, come before any library that does the work is imported),
+    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front. A stage without
+    a configuration class parses its own flags: its `main(argv)` is called."""
+
+    module: str
+    config_class: type | None = None
+
+    def __call__(self, argv: list[str] | None = None) -> None:
+        with front():
+            config = None if self.config_class is None else parse_config(self.config_class, argv)
+            stage = importlib.import_module(f"sinusoidal_encoder_training.{self.module}")
+            stage.main(argv) if config is None else stage.run(config)
+
+
+def command(name: str) -> Command:
+    """The command `name` of `commands.COMMANDS` (`fill-mask`, or `fill_mask`)."""
+    entry = COMMANDS[name.replace("_", "-")]
+    return Command(entry.module, None if entry.config is None else getattr(configs, entry.config))
+
+
+def __getattr__(name: str) -> Command:
+    """`console.fill_mask` and `from sinusoidal_encoder_training.cli.console import fill_mask`: the command of that
+    name (what the console scripts' entry points name)."""
+    if name.replace("_", "-") not in COMMANDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return command(name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *(name.replace("-", "_") for name in COMMANDS)])

@@ -1,0 +1,122 @@
+"""The Accelerator of a run and the loaders it prepares: processes, mixed precision, compilation (accelerate's
+dynamo plugin), seeds, and the DataLoaders' batch sizes, workers and page-locked memory by device; and whether bf16
+pays on this machine."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
+from sinusoidal_encoder_training.configs import TrainingConfig
+
+
+def make_loaders(
+    config: TrainingConfig, train_set, eval_set, generator: torch.Generator, train_collate, eval_collate
+) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
+    """The training loader (its order drawn from `generator`, which the task reseeds every epoch, unless the set is
+    a stream; the last partial batch dropped) and the evaluation loader (every example), of the config's batch
+    sizes, with the workers and page-locked memory the device wants (`loader_settings`); `accelerator.prepare` them
+    with the model."""
+    settings = loader_settings(config)
+    train_loader = torch.utils.data.DataLoader(
+        train_set,
+        batch_size=config.per_device_train_batch_size,
+        shuffle=not isinstance(train_set, torch.utils.data.IterableDataset),
+        generator=generator,
+        collate_fn=train_collate,
+        drop_last=True,
+        **settings,
+    )
+    eval_loader = torch.utils.data.DataLoader(
+        eval_set,
+        batch_size=config.per_device_eval_batch_size,
+        generator=torch.Generator(),
+        collate_fn=eval_collate,
+        **settings,
+    )
+    return train_loader, eval_loader
+
+
+GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it steps
+
+
+def loader_settings(config: TrainingConfig) -> dict[str, Any]:
+    """The DataLoader's workers (`--dataloader_num_workers`, else by the device: none on a CPU, whose cores the step
+    needs; `GPU_LOADER_WORKERS` beside a GPU) and page-locked memory (beside a GPU, so that the copy to it does not
+    wait: accelerate copies with `non_blocking`, `make_accelerator`)."""
+    gpu = torch.cuda.is_available()
+    workers = config.dataloader_num_workers
+    if workers is None:
+        workers = GPU_LOADER_WORKERS if gpu else 0
+    return {"num_workers": workers, "pin_memory": gpu}
+
+
+def bf16_is_fast() -> bool:
+    """Whether bf16 autocast pays here: a CUDA GPU, or a CPU with AVX512-BF16 or AMX instructions (elsewhere bf16 is
+    emulated and slower than fp32)."""
+    if torch.cuda.is_available():
+        return True
+    return any(
+        getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
+
+
+def make_accelerator(config: TrainingConfig) -> Accelerator:
+    """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
+    trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
+    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
+
+    compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
+    if config.torch_compile:
+        compile_plugin = TorchDynamoPlugin(
+            backend=config.torch_compile_backend, mode=config.torch_compile_mode, dynamic=True
+        )
+        compile_once_per_mode()
+    accelerator = Accelerator(
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
+        log_with=config.report_to if config.with_tracking else None,
+        project_dir=config.output_dir,
+        mixed_precision=config.mixed_precision,
+        dynamo_plugin=compile_plugin,
+        dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),  # with pinned batches
+    )
+    from accelerate.utils import DistributedType
+
+    fsdp_asked = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true")
+    launched = max(accelerator.num_processes, int(os.environ.get("WORLD_SIZE", "1")))  # processes started
+    if fsdp_asked and launched > 1 and accelerator.distributed_type != DistributedType.FSDP:
+        # accelerate enables FSDP for GPU-like devices only; elsewhere it runs the processes as plain data parallel
+        raise UsageError(
+            f"The accelerate configuration asks for FSDP, but accelerate runs this job as "
+            f"{accelerator.distributed_type.value} on {accelerator.device.type} (it enables FSDP on GPUs and similar "
+            "devices only): the model would be replicated, not sharded. Launch with a data-parallel configuration "
+            "(training/accelerate_configs/multi_gpu_ddp.yaml, or `--multi_gpu` with ACCELERATE_USE_CPU=1 on a CPU)."
+        )
+    alone = accelerator.num_processes == 1 and "WORLD_SIZE" not in os.environ
+    if alone and "ACCELERATE_USE_CPU" in os.environ and "MASTER_ADDR" in os.environ:
+        # accelerate's plain launcher sets MASTER_ADDR only when asked for several processes or machines
+        raise UsageError(
+            "accelerate launch was asked for several processes or machines, but this process runs alone (no process "
+            "group: each would train alone and all write one --output_dir). `accelerate launch --cpu` starts one "
+            "plain process whatever --num_machines says: on CPUs launch with --multi_gpu and ACCELERATE_USE_CPU=1 "
+            "(docs/pretraining.md, 'Several machines')."
+        )
+    import datasets
+    import transformers
+
+    if accelerator.is_main_process:
+        datasets.utils.logging.set_verbosity_warning()
+        transformers.utils.logging.set_verbosity_warning()
+    else:
+        datasets.utils.logging.set_verbosity_error()
+        transformers.utils.logging.set_verbosity_error()
+        datasets.disable_progress_bars()
+    set_seed(config.seed)
+    return accelerator

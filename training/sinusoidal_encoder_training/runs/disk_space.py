@@ -1,0 +1,38 @@
+"""Before a run: the free space of its output folder's disk against what it will write (its checkpoints and the
+exported model), so that a run that cannot finish is refused before it trains."""
+
+from __future__ import annotations
+
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.configs import TrainingConfig
+
+CHECKPOINT_BYTES_PER_PARAMETER = 12  # float32 weights and AdamW's two float32 moments (accelerate's save_state)
+EXPORT_BYTES_PER_PARAMETER = 4  # the exported float32 weights
+
+
+def space_needed(config: TrainingConfig, parameters: int, steps_left: int) -> tuple[int, str]:
+    """About how many bytes the rest of a run writes, and how: the checkpoints it keeps at once (one more while a
+    new one is written before the oldest goes), and the exported model."""
+    checkpoints = 0
+    if config.checkpointing_steps:
+        checkpoints = steps_left // config.checkpointing_steps
+        if config.checkpoints_total_limit is not None:
+            checkpoints = min(checkpoints, config.checkpoints_total_limit + 1)
+    each = parameters * CHECKPOINT_BYTES_PER_PARAMETER
+    export = parameters * EXPORT_BYTES_PER_PARAMETER
+    how = f"{checkpoints} checkpoint(s) of {each / 1e9:.2f} GB and the model of {export / 1e9:.2f} GB"
+    return checkpoints * each + export, how
+
+
+def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -> None:
+    """Before training: the free space of the output folder's disk against what the run will write."""
+    import shutil
+
+    needed, how = space_needed(config, parameters, steps_left)
+    free = shutil.disk_usage(config.output_dir).free
+    if free < needed:
+        raise UsageError(
+            f"--output_dir {config.output_dir} has {free / 1e9:.2f} GB free, and this run writes about "
+            f"{needed / 1e9:.2f} GB ({how}): free space, keep fewer checkpoints (--checkpoints_total_limit), or "
+            "choose a folder on another disk."
+        )

@@ -1,0 +1,506 @@
+"""The training loop shared by pretraining and fine-tuning: what a task tells the loop, where training stands, the
+loop in its phases (start the run, one optimizer step, after the step, finish), and what a stage returns. Beside it:
+`accelerator` (the Accelerator, the loaders), `compilation`, `stopping` (on a signal), `divergence`, `disk_space`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from itertools import islice
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
+from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated, UsageError
+from sinusoidal_encoder_training.runs.compilation import compile_line, keep_gradients, mark_cuda_graph_step, uses_cuda_graphs
+from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.disk_space import check_free_space
+from sinusoidal_encoder_training.runs.divergence import LossWatch
+from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics
+from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
+
+
+class TrainingProgress:
+    """Where training stands; saved in every checkpoint through `accelerator.register_for_checkpointing`."""
+
+    def __init__(self) -> None:
+        self.completed_steps = 0
+        self.epoch = 0
+        self.batches_in_epoch = 0  # micro-batches of `epoch` already consumed (per process)
+        self.tokens_seen = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingResult:
+    """What `train()` returns: the final progress, the final evaluation, and the optimizer steps the run was set
+    for (`max_train_steps`, derived from the epochs when the flag is unset)."""
+
+    progress: TrainingProgress
+    metrics: dict[str, float]
+    max_train_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class StageResult:
+    """What a stage (`pretrain()`, `finetune()`) returns: the accelerator, the prepared model, the tokenizer, the
+    final progress and evaluation, and the number of optimizer steps the run was set for (derived from the epochs
+    without `--max_train_steps`)."""
+
+    accelerator: Accelerator
+    model: torch.nn.Module
+    tokenizer: Any
+    progress: TrainingProgress
+    metrics: dict[str, float]
+    max_train_steps: int
+
+
+class TrainingTask:
+    """What the shared loop needs to know about a task. Subclasses implement the three methods."""
+
+    name = "training"
+
+    def loss(self, model, batch: dict[str, torch.Tensor], num_items_in_batch: float | torch.Tensor) -> torch.Tensor:
+        """The model's own loss of a batch, from one forward pass with its labels: the loss summed over its units
+        divided by `num_items_in_batch`, transformers' convention (the models of this package, and any that
+        transformers' Trainer trains under gradient accumulation, honour it)."""
+        raise NotImplementedError
+
+    def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss units of a batch as the model counts them (masked tokens, labelled tokens, examples, label
+        values), known before the forward pass: the step's loss is the sum over the units of every micro-batch of
+        every process, divided by their number. A scalar on the batch's device."""
+        raise NotImplementedError
+
+    def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
+        raise NotImplementedError
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called before the batches of each epoch are drawn (seed the data order, the masks)."""
+
+    def begin_step(self, step: int) -> None:
+        """Called before the micro-batches of optimizer step `step` (0-based) are computed."""
+
+    def summary(self, metrics: dict[str, float]) -> str | None:
+        """A sentence on what an evaluation shows, printed after it (None: the figures speak for themselves)."""
+        return None
+
+    def tokens(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Real tokens in a batch, for tokens/s and tokens seen: a scalar on the batch's device."""
+        mask = batch.get("attention_mask")
+        ids = batch["input_ids"]
+        return mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
+
+
+def train(
+    accelerator: Accelerator,
+    config: TrainingConfig,
+    model,
+    optimizer,
+    train_loader,
+    eval_loader,
+    task: TrainingTask,
+    header: list[str],
+    streaming: bool = False,
+) -> TrainingResult:
+    """The training loop shared by pretraining and fine-tuning; model, optimizer and loaders are prepared already.
+    Returns the final progress and evaluation, with the optimizer steps it was set for (the config is left as it is).
+
+    One optimizer step = `gradient_accumulation_steps` micro-batches on every process; the loss is normalised by the
+    loss units of the whole global batch, so every unit weighs the same whatever the number of processes and
+    micro-batches. The phases: `start_run` (scheduler, resume, trackers, header), for every step `optimizer_step` and
+    `after_step` (logging, evaluation, checkpoints), then `finish_run` (the final evaluation). A first Ctrl-C or
+    SIGTERM stops the run after a step that every process completes, saved (`stop_if_requested`); a second, at once."""
+    run = start_run(accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming)
+    try:
+        run.stop.install()
+        agreed = False
+        for started, batches in step_windows(run, train_loader, streaming):
+            task.begin_step(run.progress.completed_steps)
+            agreed = run.stop_agreed()
+            if agreed:
+                break
+            optimizer_step(run, batches)
+            after_step(run, started)
+        stop_if_requested(run, agreed)
+    except KeyboardInterrupt as interruption:  # a second Ctrl-C or SIGTERM: at once, from where training stands
+        if isinstance(interruption, Interrupted) and interruption.args:  # the agreed stop, line and all
+            raise
+        run.bar.close()
+        kind = Terminated if isinstance(interruption, Terminated) else Interrupted
+        raise kind(interruption_line(config, run.progress.completed_steps)) from None
+    finally:
+        run.stop.uninstall()
+        run.bar.close()
+    return finish_run(run)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """The optimizer steps of a run: `max_train_steps` (the flag, or the steps of `--num_train_epochs`), the epochs
+    they span (1 for a stream) and the warmup steps of the learning rate (the flag, or 6% of the steps)."""
+
+    max_train_steps: int
+    epochs: int
+    warmup: int
+
+
+def plan_steps(config: TrainingConfig, train_loader, streaming: bool) -> StepPlan:
+    """The run's `StepPlan`; a `UsageError` when one epoch holds fewer batches than a step needs."""
+    steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
+    if steps_per_epoch == 0:
+        raise UsageError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
+    max_train_steps = config.max_train_steps
+    if max_train_steps is None:
+        max_train_steps = steps_per_epoch * config.num_train_epochs
+    epochs = math.ceil(max_train_steps / steps_per_epoch) if steps_per_epoch else 1
+    warmup = config.num_warmup_steps if config.num_warmup_steps is not None else int(0.06 * max_train_steps)
+    return StepPlan(max_train_steps, epochs, warmup)
+
+
+@dataclasses.dataclass
+class LoggingWindow:
+    """What the steps since the last logging add up to: this process's loss summed over the steps' units, the units
+    and tokens of every process (tensors on the device, read at a logging step), and the seconds the steps took
+    (training only: not evaluations or checkpoints)."""
+
+    loss: torch.Tensor
+    units: torch.Tensor
+    tokens: torch.Tensor
+    seconds: float = 0.0
+
+    def reset(self) -> None:
+        self.loss.zero_()
+        self.units.zero_()
+        self.tokens.zero_()
+        self.seconds = 0.0
+
+
+@dataclasses.dataclass
+class Run:
+    """A training run in progress, which every phase takes: what it trains, its plan and scheduler, where it stands
+    (`progress`, saved in every checkpoint), where its figures go, what watches it (the loss, a stop), and what stays
+    on the device between steps (`window`, the newest step's loss, the tokens not yet in `progress.tokens_seen`)."""
+
+    accelerator: Accelerator
+    config: TrainingConfig
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    task: TrainingTask
+    eval_loader: Any
+    plan: StepPlan
+    progress: TrainingProgress
+    metrics_log: MetricsLog
+    watch: LossWatch
+    stop: StopRequest
+    bar: Any
+    agreement: StopAgreement = dataclasses.field(default_factory=StopAgreement)  # several processes: one step late
+    window: LoggingWindow = dataclasses.field(init=False)
+    step_loss: torch.Tensor = dataclasses.field(init=False)  # this process's share of the newest step's loss
+    pending_tokens: torch.Tensor = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        def zero() -> torch.Tensor:
+            return torch.zeros((), dtype=torch.float64, device=self.accelerator.device)
+
+        self.window = LoggingWindow(zero(), zero(), zero())
+        self.step_loss, self.pending_tokens = zero(), zero()
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def stop_agreed(self) -> bool:
+        """Whether the run stops before its next step: on its own request, or with several processes on the one they
+        agreed on at the step before (`StopAgreement`)."""
+        return self.agreement.agreed() if self.world > 1 else self.stop.requested
+
+
+def start_run(
+    accelerator: Accelerator,
+    config: TrainingConfig,
+    model,
+    optimizer,
+    train_loader,
+    eval_loader,
+    task: TrainingTask,
+    header: list[str],
+    streaming: bool = False,
+) -> Run:
+    """Everything before the first step: the step plan, the learning-rate scheduler, the progress (registered for
+    checkpoints, loaded with the model's state from the checkpoint `--resume_from_checkpoint` names), the trackers,
+    metrics.jsonl (a resumed run's lines after its checkpoint dropped), the run's header, the check of the disk's
+    free space and the progress bar; the model in training mode."""
+    plan = plan_steps(config, train_loader, streaming)
+    scheduler = make_scheduler(accelerator, config, optimizer, plan)
+    progress = TrainingProgress()
+    accelerator.register_for_checkpointing(progress)
+    resumed = resume(accelerator, config)
+    if config.with_tracking:
+        init_trackers(accelerator, config, task.name, plan)
+    log = MetricsLog(
+        accelerator, config.output_dir, progress.completed_steps if resumed else None, config.with_tracking
+    )
+    watch = LossWatch(config, accelerator.mixed_precision, progress.completed_steps)
+    print_header(accelerator, config, model, header, plan)
+    parameters = accelerator.unwrap_model(model).num_parameters()
+    check_free_space(config, parameters, plan.max_train_steps - progress.completed_steps)
+    bar = tqdm(
+        total=plan.max_train_steps,
+        initial=progress.completed_steps,
+        disable=not accelerator.is_local_main_process,
+        desc=task.name,
+        dynamic_ncols=True,
+    )
+    model.train()
+    stop = StopRequest(
+        accelerator.is_local_main_process, bool(config.checkpointing_steps), accelerator.num_processes > 1
+    )
+    return Run(
+        accelerator, config, model, optimizer, scheduler, task, eval_loader, plan, progress, log, watch, stop, bar
+    )
+
+
+def make_scheduler(accelerator: Accelerator, config: TrainingConfig, optimizer, plan: StepPlan):
+    """The learning-rate schedule of `--lr_scheduler_type` over the plan's steps, after its warmup, prepared. A
+    prepared scheduler advances once per process at every optimizer step: its steps are counted the same way."""
+    from transformers import get_scheduler
+
+    scheduler = get_scheduler(
+        config.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=plan.warmup * accelerator.num_processes,
+        num_training_steps=plan.max_train_steps * accelerator.num_processes,
+    )
+    return accelerator.prepare(scheduler)
+
+
+def init_trackers(accelerator: Accelerator, config: TrainingConfig, name: str, plan: StepPlan) -> None:
+    """The trackers of `--report_to`, given every setting of the run (with the steps it is set for) as a scalar or
+    a string: tensorboard's hparams rejects anything else."""
+    flags = {**dataclasses.asdict(config), "max_train_steps": plan.max_train_steps}
+    hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flags.items() if v is not None}
+    accelerator.init_trackers(name, config=hparams)
+
+
+def resume(accelerator: Accelerator, config: TrainingConfig) -> str | None:
+    """The state of every registered object (model, optimizer, scheduler, progress, RNGs) loaded from the checkpoint
+    `--resume_from_checkpoint` names (`latest`: the newest whole one, damaged ones skipped with a line); its path, or
+    None for a fresh start."""
+    checkpoint = resolve_checkpoint(
+        config.output_dir,
+        config.resume_from_checkpoint,
+        report=lambda path, damage: accelerator.print(f"Skipping the damaged checkpoint {path}: {damage}"),
+    )
+    if checkpoint is not None:
+        accelerator.print(f"Resuming from {checkpoint}")
+        accelerator.load_state(checkpoint)
+    elif config.resume_from_checkpoint == "latest":
+        accelerator.print(f"No checkpoint in {config.output_dir}/checkpoints yet: starting from scratch")
+    return checkpoint
+
+
+def print_header(accelerator: Accelerator, config: TrainingConfig, model, header: list[str], plan: StepPlan) -> None:
+    """The run's header: the model, the stage's `header` lines, processes and precision, compilation, batch sizes
+    and the step plan."""
+    world = accelerator.num_processes
+    unwrapped = accelerator.unwrap_model(model)
+    accelerator.print("***** Running training *****")
+    accelerator.print(
+        f"  Model = {unwrapped.config.model_type}, {unwrapped.num_parameters():,} parameters, "
+        f"attention = {unwrapped.config._attn_implementation}"
+    )
+    for line in header:
+        accelerator.print(f"  {line}")
+    accelerator.print(f"  Processes = {world}, mixed precision = {accelerator.mixed_precision}")
+    compiled = compile_line(config)
+    if compiled:
+        accelerator.print(f"  {compiled}")
+    accelerator.print(
+        f"  Batch per device = {config.per_device_train_batch_size}, gradient accumulation = "
+        f"{config.gradient_accumulation_steps}, global batch = {config.global_batch_size(world)}"
+    )
+    accelerator.print(f"  Optimizer steps = {plan.max_train_steps} ({plan.epochs} epoch(s)), warmup = {plan.warmup}")
+
+
+def step_windows(run: Run, train_loader, streaming: bool):
+    """The micro-batches of each step to come (`gradient_accumulation_steps` of them, a list), with the time their
+    drawing began, epoch after epoch from where the run stands (a resumed epoch skips the micro-batches it consumed)
+    until `max_train_steps`. Each epoch starts with `task.start_epoch`; a partial window at its end is no step; a
+    stream that ends before `max_train_steps` ends the run, with a line. The caller counts the steps."""
+    accelerator, config, progress = run.accelerator, run.config, run.progress
+    while progress.completed_steps < run.plan.max_train_steps:
+        run.task.start_epoch(progress.epoch)
+        loader = train_loader
+        if progress.batches_in_epoch:
+            loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
+        batches = iter(loader)
+        while progress.completed_steps < run.plan.max_train_steps:
+            started = time.perf_counter()
+            window = list(islice(batches, config.gradient_accumulation_steps))
+            if len(window) < config.gradient_accumulation_steps:
+                break
+            yield started, window
+        if progress.completed_steps >= run.plan.max_train_steps:
+            return
+        if streaming:
+            accelerator.print(f"The stream ended after {progress.completed_steps} steps, before --max_train_steps.")
+            return
+        progress.epoch += 1
+        progress.batches_in_epoch = 0
+
+
+def optimizer_step(run: Run, batches: list[dict[str, torch.Tensor]]) -> None:
+    """One optimizer step over its micro-batches: each one's loss is its sum over the loss units of the whole
+    global batch (every micro-batch of every process, `step_reduction`) divided by their number, so its gradient is
+    that of the step's mean; gradients clipped to `--max_grad_norm` before the optimizer and the scheduler step.
+    Under CUDA graphs each forward starts a graph step, and the first micro-batch's gradients are kept out of the
+    graphs' memory. The step's loss, units and tokens are added up on the device and the step is counted."""
+    accelerator, config, model, window = run.accelerator, run.config, run.model, run.window
+    units, tokens = step_reduction(run, batches)
+    # each micro-batch's loss is its sum over the step's units; DDP averages gradients over processes and
+    # accelerator.backward divides by the accumulation steps: the gradient is that of the step's mean
+    scale = run.world * config.gradient_accumulation_steps
+    items = units.clamp(min=1.0).float()  # a tensor: no recompiles, no read
+    cuda_graphs = uses_cuda_graphs(config)
+    for index, batch in enumerate(batches):
+        with accelerator.accumulate(model):
+            if cuda_graphs:
+                mark_cuda_graph_step()
+            loss = run.task.loss(model, batch, items)
+            accelerator.backward(loss * scale)
+            if cuda_graphs and index == 0 and len(batches) > 1:
+                keep_gradients(model)
+            if accelerator.sync_gradients and config.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            run.optimizer.step()
+            run.scheduler.step()
+            run.optimizer.zero_grad()
+        window.loss += loss.detach().double() * units  # this process's sum
+        run.step_loss += loss.detach().double()
+    window.units += units
+    window.tokens += tokens
+    run.pending_tokens += tokens
+    run.progress.completed_steps += 1
+    run.progress.batches_in_epoch += config.gradient_accumulation_steps
+    run.bar.update(1)
+
+
+def step_reduction(run: Run, batches: list[dict[str, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The step's one reduction over the processes: its loss units and tokens (returned), whether any process was
+    asked to stop (posted to `run.agreement` with several processes) and the loss of the step before (kept by
+    `run.watch`). It stays on the device: the host reads none of it at this step, so that a GPU step never waits for
+    the one before."""
+    device = run.accelerator.device
+    local = torch.stack(
+        [
+            sum(run.task.loss_units(b) for b in batches).to(device, torch.float64),
+            sum(run.task.tokens(b) for b in batches).to(device, torch.float64),
+            torch.tensor(float(run.stop.requested), dtype=torch.float64, device=device),
+            run.step_loss,
+        ]
+    )
+    reduced = run.accelerator.reduce(local, reduction="sum")
+    run.watch.track(run.progress.completed_steps, reduced[3])
+    run.step_loss.zero_()
+    if run.world > 1:
+        run.agreement.post(reduced[2])
+    return reduced[0], reduced[1]
+
+
+def after_step(run: Run, started: float) -> None:
+    """After the step just counted (its drawing began at `started`): every `--logging_steps` and at the last step
+    the training figures logged (`log_training`), every `--eval_steps` before the last the model evaluated, every
+    `--checkpointing_steps` the state saved; the loss and the weights checked finite before an evaluation or a
+    save. The tokens seen are read from the device only at those steps, whose seconds then include the device's."""
+    config, step = run.config, run.progress.completed_steps
+    logging = step % config.logging_steps == 0 or step == run.plan.max_train_steps
+    evaluating = config.eval_steps and step % config.eval_steps == 0 and step < run.plan.max_train_steps
+    saving = config.checkpointing_steps and step % config.checkpointing_steps == 0
+    if logging or evaluating or saving:
+        count_tokens_seen(run)
+    run.window.seconds += time.perf_counter() - started
+    if logging:
+        log_training(run, step)
+    if evaluating or saving:
+        run.watch.settle(run.accelerator, run.model, step, run.step_loss)
+    if evaluating:
+        evaluation = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
+        run.metrics_log.log(evaluation, step)
+        if run.accelerator.is_local_main_process:
+            run.bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
+    if saving:
+        save_checkpoint(run.accelerator, config.output_dir, step, config.checkpoints_total_limit)
+
+
+def count_tokens_seen(run: Run) -> None:
+    """The tokens of the steps since the last count added to `progress.tokens_seen` (a read of the device)."""
+    run.progress.tokens_seen += int(run.pending_tokens.item())
+    run.pending_tokens.zero_()
+
+
+def log_training(run: Run, step: int) -> None:
+    """The logging window's figures at step `step`, the same on every process: the training loss (every process's
+    sum over the window's units), the learning rate, tokens/s, tokens seen and epoch, to metrics.jsonl, the trackers
+    and the progress bar, once the step's loss is seen finite; the window starts anew."""
+    window = run.window
+    sums = run.accelerator.reduce(torch.stack([window.loss, run.step_loss]), "sum")
+    loss, latest, seen = torch.stack([sums[0] / window.units.clamp(min=1.0), sums[1], window.tokens])
+    loss, latest, seen = loss.item(), latest.item(), seen.item()
+    run.watch.see(step, latest)  # before the loss is logged
+    metrics = {
+        "train_loss": loss,
+        "learning_rate": run.scheduler.get_last_lr()[0],
+        "tokens_per_second": seen / window.seconds,
+        "tokens_seen": run.progress.tokens_seen,
+        "epoch": run.progress.epoch,
+    }
+    run.bar.set_postfix(
+        loss=f"{loss:.3f}", lr=f"{metrics['learning_rate']:.2e}", tok_s=f"{seen / window.seconds:,.0f}"
+    )
+    run.metrics_log.log(metrics, step)
+    window.reset()
+
+
+def stop_if_requested(run: Run, agreed: bool) -> None:
+    """After the steps: when the processes agreed to stop before a step (`agreed`), or any was asked during the last
+    step, the step completed is saved unless it is already (when the run saves checkpoints), and the run stops with
+    `interruption_line` (`Interrupted`, or `Terminated` for SIGTERM). Otherwise nothing."""
+    if not agreed:  # a request during the last step, after its reduction
+        requests = torch.tensor(float(run.stop.requested), dtype=torch.float64, device=run.accelerator.device)
+        agreed = bool(run.accelerator.reduce(requests, reduction="sum").item())
+    if not agreed:
+        return
+    run.bar.close()
+    config, step = run.config, run.progress.completed_steps
+    if config.checkpointing_steps and step and step not in dict(complete_checkpoints(config.output_dir)):
+        run.watch.settle(run.accelerator, run.model, step, run.step_loss)
+        count_tokens_seen(run)
+        save_checkpoint(run.accelerator, config.output_dir, step, config.checkpoints_total_limit)
+    raise run.stop.kind(interruption_line(config, step))
+
+
+def finish_run(run: Run) -> TrainingResult:
+    """After the last step: the loss and the weights checked finite (nothing evaluated of NaNs), the tokens seen
+    counted, the final evaluation logged and printed with the task's summary of it; the run's `TrainingResult`."""
+    step = run.progress.completed_steps
+    run.watch.settle(run.accelerator, run.model, step, run.step_loss)
+    count_tokens_seen(run)
+    final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
+    run.metrics_log.log(final, step)
+    run.accelerator.print(f"final evaluation: {format_metrics(final)}")
+    summary = run.task.summary(final)
+    if summary:
+        run.accelerator.print(summary)
+    return TrainingResult(run.progress, final, run.plan.max_train_steps)

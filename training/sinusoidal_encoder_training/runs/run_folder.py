@@ -1,0 +1,319 @@
+"""The output folder of a training run is the user's: a run claims it before any work, and a resume is the same run
+or refused.
+
+- A run writes into an empty (or new) folder, or into the folder of its own run when resuming it
+  (`--resume_from_checkpoint`), or starting it again when it stopped before its first checkpoint and its model
+  (bad data found after the folder was claimed, a kill early on). A folder holding anything else (another run's or
+  model's files, the user's own, a run of the other stage) is refused in one line unless `--overwrite_output_dir`,
+  which empties it first: nothing of the old run is left to be mixed with the new one.
+- The run's settings are written to `checkpoints/run.json` when it starts and into every checkpoint it saves. A
+  resume compares the checkpoint's with its own and names, in one line, every setting that differs, except those a
+  resume may change (`MAY_CHANGE`): then the continued run is the run that was interrupted.
+- One writer: the main process holds a lock on `checkpoints/.lock` (`fcntl.flock`) for the run's life. A second run
+  on the folder is refused with the first one's process id; the lock of a process that was killed goes with it,
+  and the next run says it takes it over.
+
+Every process of a launch takes the same decision: the main process checks, and its answer is shared."""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sinusoidal_encoder_training.runs.atomic import clean_leftovers, is_temporary
+from sinusoidal_encoder_training.runs.checkpoints import CHECKPOINT_PATTERN, RUN_FILE, checkpoints_dir
+from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.runs.metrics_log import write_json
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+LOCK_FILE = ".lock"
+# settings a resume may change: where and how often it reports and saves, how far it trains (with a linear or
+# cosine schedule a new length also changes the learning rates of the steps still to come), and how it runs
+MAY_CHANGE = frozenset(
+    {
+        "output_dir",
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
+        "max_train_steps",
+        "num_train_epochs",
+        "eval_steps",
+        "logging_steps",
+        "checkpointing_steps",
+        "checkpoints_total_limit",
+        "with_tracking",
+        "report_to",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_private_repo",
+        "per_device_eval_batch_size",
+        "dataloader_num_workers",
+        "preprocessing_num_workers",
+        "torch_compile",
+        "torch_compile_backend",
+        "torch_compile_mode",
+    }
+)
+_held_locks: dict[str, int] = {}  # output folder -> the open lock file of this process
+
+
+def run_settings(config: Any, stage: str, processes: int, mixed_precision: str) -> dict[str, Any]:
+    """What identifies a run: its stage, every setting (local paths made absolute, so that a resume from another
+    working directory compares equal), the processes and the precision it trains with."""
+    settings = {}
+    for name, value in dataclasses.asdict(config).items():
+        if isinstance(value, str) and value and os.path.exists(value):
+            value = os.path.abspath(value)
+        settings[name] = list(value) if isinstance(value, tuple) else value
+    settings["processes"] = processes
+    settings["mixed_precision"] = mixed_precision
+    return {"stage": stage, "settings": settings}
+
+
+def read_run(folder: str) -> dict[str, Any] | None:
+    """The run record in `folder` (a checkpoint, or `checkpoints/`), or None when it has none."""
+    path = os.path.join(folder, RUN_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_run(folder: str, run: dict[str, Any]) -> None:
+    os.makedirs(folder, exist_ok=True)
+    write_json(os.path.join(folder, RUN_FILE), run, indent=1)
+
+
+def settings_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'--name old (now new)' for every setting that differs between two run records, `MAY_CHANGE` aside."""
+    old, new = recorded.get("settings", {}), current["settings"]
+    differences = []
+    for name in sorted(set(old) | set(new)):
+        if name in MAY_CHANGE or old.get(name) == new.get(name):
+            continue
+        flag = name if name in ("processes", "mixed_precision") else f"--{name}"
+        differences.append(f"{flag} {_shown(old.get(name))} (now {_shown(new.get(name))})")
+    return differences
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, str) and os.path.isabs(value):
+        return os.path.basename(value.rstrip(os.sep)) or value
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def check_resume(checkpoint: str, run: dict[str, Any]) -> str | None:
+    """Why the run `run` may not resume `checkpoint` (another stage, other settings), or None. A checkpoint written
+    before runs recorded their settings is not compared."""
+    recorded = read_run(checkpoint)
+    if recorded is None:
+        return None
+    name = os.path.join(os.path.basename(os.path.dirname(checkpoint)), os.path.basename(checkpoint))
+    if recorded.get("stage") != run["stage"]:
+        return (
+            f"--resume_from_checkpoint: {name} is a {recorded.get('stage')} checkpoint, and this is {run['stage']}: "
+            f"{run['stage']} does not resume it. Start {run['stage']} in another --output_dir (from an exported model "
+            "folder: --model_name_or_path)."
+        )
+    differences = settings_differences(recorded, run)
+    if differences:
+        return (
+            f"--resume_from_checkpoint: {name} was written by a run with other settings: {'; '.join(differences)}. "
+            "A resume continues the same run: pass the same settings (those a resume may change are listed in "
+            "docs/pretraining.md), or start a new run with --overwrite_output_dir or another --output_dir."
+        )
+    return None
+
+
+def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool) -> str | None:
+    """Why a run of `stage` may not write into `output_dir`, or None: a file, not a folder; a folder that holds
+    another run's or model's files (without `overwrite`); a folder of a run that is not resumed; unwritable."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
+    entries = sorted(name for name in _listing(output_dir) if not is_temporary(name))  # leftovers are cleaned
+    if entries and not overwrite:
+        record = read_run(checkpoints_dir(output_dir))
+        legacy = record is None and any(
+            name.startswith("step_") for name in _listing(checkpoints_dir(output_dir))
+        )  # checkpoints of a version that did not record its runs
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        if record is not None and record.get("stage") != stage:
+            return (
+                f"--output_dir {output_dir} holds a {record.get('stage')} run; this is {stage}: choose another "
+                "--output_dir, or pass --overwrite_output_dir to empty it first."
+            )
+        if record is None and not legacy:
+            return (
+                f"--output_dir {output_dir} already holds files that are not this run's ({shown}): choose another "
+                "--output_dir, or pass --overwrite_output_dir to empty it first."
+            )
+        started_only = not any(CHECKPOINT_PATTERN.match(name) for name in _listing(checkpoints_dir(output_dir)))
+        if not resuming and started_only and "config.json" not in entries:
+            return None  # a run of this stage that stopped before its first checkpoint or its model: starts again
+        if not resuming:
+            return (
+                f"--output_dir {output_dir} holds a {stage} run: pass --resume_from_checkpoint latest to continue it, "
+                "or --overwrite_output_dir to start again from scratch (its files are removed), or choose another "
+                "--output_dir."
+            )
+    parent = output_dir if os.path.isdir(output_dir) else existing_parent(output_dir)
+    if not os.path.isdir(parent):
+        return f"--output_dir {output_dir}: {parent} is a file, not a folder: choose a folder."
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--output_dir {output_dir}: {parent} is not writable: choose a folder you can write to."
+    return None
+
+
+def _listing(folder: str) -> list[str]:
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def creation_failure(folder: str) -> str | None:
+    """Why no file can be created in the existing `folder` (the system's reason), or None: a file is created there
+    and removed, which tells what `os.access` cannot (a superuser on a read-only or special file system)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as error:
+        return error.strerror or type(error).__name__
+
+
+def existing_parent(path: str) -> str:
+    """`path` made absolute, or its nearest ancestor that exists."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> str | None:
+    """Lock `output_dir` for this process (held until it exits or `release_lock`), or say which process holds it.
+    The lock file names its holder while held and is emptied when released: a name found in a lock that is free is
+    a holder that was killed, whose lock is taken over with a line to `report`."""
+    import fcntl
+
+    if output_dir in _held_locks:
+        return None
+    folder = checkpoints_dir(output_dir)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        return (
+            f"--output_dir {output_dir} is in use by another run ({holder}): wait for it to end, or choose another "
+            "--output_dir."
+        )
+    dead = os.read(fd, 200).decode(errors="replace").strip()
+    if dead and report is not None:
+        report(f"Taking over the lock of {output_dir} from {dead}, which ended without releasing it")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}".encode(), 0)
+    if not _held_locks:
+        atexit.register(release_all_locks)  # a run that ends (normally, by an error or by a signal) releases them
+    _held_locks[output_dir] = fd
+    return None
+
+
+def lock_holder(output_dir: str) -> str | None:
+    """Which live process holds the run lock of `output_dir` (as its lock file names it), or None when no run
+    writes there now (no lock, or the lock of a process that ended). Asks the system for the lock without waiting
+    and gives it back at once."""
+    import fcntl
+
+    path = os.path.join(checkpoints_dir(output_dir), LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return os.read(fd, 200).decode(errors="replace").strip() or "another process"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def release_lock(output_dir: str) -> None:
+    fd = _held_locks.pop(output_dir, None)
+    if fd is not None:
+        os.ftruncate(fd, 0)
+        os.close(fd)
+
+
+def release_all_locks() -> None:
+    for output_dir in list(_held_locks):
+        try:
+            release_lock(output_dir)
+        except OSError:  # the folder went (removed by the user): nothing to release
+            pass
+
+
+def empty_folder(folder: str) -> None:
+    """Remove everything inside `folder` (kept itself)."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> dict[str, Any]:
+    """Before any work: the output folder checked and, by the main process, emptied when asked, locked, and given
+    this run's record; a resume checked against its checkpoint's. Raises `UsageError` on every process alike.
+    Returns this run's record (saved into every checkpoint)."""
+    from accelerate.utils import broadcast_object_list
+
+    from sinusoidal_encoder_training.runs.checkpoints import resolve_checkpoint
+
+    run = run_settings(config, stage, accelerator.num_processes, accelerator.mixed_precision)
+    problem = None
+    if accelerator.is_main_process:
+        output_dir = config.output_dir
+        resuming = config.resume_from_checkpoint is not None
+        problem = folder_problem(output_dir, stage, resuming, config.overwrite_output_dir)
+        if problem is None and resuming and not config.overwrite_output_dir:
+            checkpoint = resolve_checkpoint(output_dir, config.resume_from_checkpoint)
+            problem = check_resume(checkpoint, run) if checkpoint else None
+        try:
+            if problem is None:
+                os.makedirs(output_dir, exist_ok=True)
+                problem = take_lock(output_dir, report=print)
+            if problem is None:
+                if config.overwrite_output_dir:
+                    release_lock(output_dir)
+                    empty_folder(output_dir)
+                    problem = take_lock(output_dir)
+                clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
+                write_run(checkpoints_dir(output_dir), run)
+        except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
+            release_lock(output_dir)
+            where = error.filename or output_dir
+            problem = (
+                f"--output_dir {output_dir}: cannot write {where} ({error.strerror}): choose a folder you can write "
+                "to."
+            )
+    problem = broadcast_object_list([problem])[0] if accelerator.num_processes > 1 else problem
+    if problem is not None:
+        raise UsageError(problem)
+    return run

@@ -1,0 +1,443 @@
+"""The fine-tuning stage, with accelerate, on the data, task and model that a `FinetuningConfig` (`configs`)
+describes. What a task does with its data is its recipe, the module its entry in `tasks.TASKS` names
+(`classification`, `question_answering`, `multiple_choice`): this module loads the data, the tokenizer and the model,
+trains through the loop, and exports the folder.
+
+In code: `finetune(FinetuningConfig(model_name_or_path=..., output_dir=...))`, then `export(config, result)`. This
+module holds the task data, the model config and its checks, the stage, the export of its folder and the command
+line (`run`, `main`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import datasets
+import torch
+import transformers
+from accelerate import Accelerator
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoTokenizer,
+)
+
+import sinusoidal_encoder
+from sinusoidal_encoder_training.cli.arguments import (
+    apply_overrides,
+    parse_config,
+)
+from sinusoidal_encoder_training.cli.command_line import (
+    UsageError,
+    check_local_files,
+    check_tokenizer_fits,
+    front,
+    loading,
+)
+from sinusoidal_encoder_training.configs import FinetuningConfig
+from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
+from sinusoidal_encoder_training.data.pipeline import load_raw_datasets
+from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
+from sinusoidal_encoder_training.publishing.hub import check_hub_access
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders
+from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
+from sinusoidal_encoder_training.runs.metrics_log import write_json
+from sinusoidal_encoder_training.runs.optimization import make_optimizer
+from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
+from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, auto_class_of, task_of_architecture
+
+BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
+BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
+
+
+STAGE = "fine-tuning"  # the stage's name: in the run folder's settings and the trackers (the tasks' `name`)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What a task's recipe (`prepare(config, raw, tokenizer, model_config)` of the module its `tasks.TASKS` entry
+    names) makes of the raw splits: the tokenised splits, their collator, the task of the training loop (made from
+    the data order's generator), the lines that head the run's log, the problem type, how the card states the
+    labels, its pipeline example and its intended uses, and scores to add after training (the baselines), computed
+    on the main process from the final evaluation."""
+
+    train: torch.utils.data.Dataset  # a tokenised split, or a view of one (`data.BatchedRows`)
+    validation: torch.utils.data.Dataset
+    collate: Callable
+    make_task: Callable[[torch.Generator], TrainingTask]
+    header: list[str]
+    problem: str
+    labels: str
+    example: str | None  # the text of the card's pipeline example; None: the task has no pipeline
+    uses: str
+    extra_scores: Callable[[dict[str, float]], dict[str, float]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuningResult(StageResult):
+    """What `finetune()` returns (see `StageResult`; the final evaluation has the baselines' scores when asked),
+    and what the task's recipe prepared (`Prepared`: the problem type, the labels)."""
+
+    prepared: Prepared
+
+
+def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
+    """The raw splits; for the built-in task, passages of the built-in corpus labelled with the library they document
+    (train and validation are the corpus's own hash-based splits)."""
+    if config.builtin:
+        corpus = load_builtin_corpus()
+        raw = corpus.map(
+            lambda batch: {"label": [BUILTIN_LABELS.get(s, s) for s in batch["source"]]},
+            batched=True,
+            remove_columns=["source"],
+        )
+    else:
+        raw = load_raw_datasets(config, config.seed, numbers=True)  # labels and targets: finite
+    for split, limit in (("train", config.max_train_samples), ("validation", config.max_eval_samples)):
+        if limit is not None and limit < len(raw[split]):
+            raw[split] = raw[split].shuffle(seed=config.seed).select(range(limit))
+    return raw
+
+
+def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
+    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
+    (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
+    a pretrained weight's shape."""
+    with loading("--model_name_or_path", config.model_name_or_path):
+        model_config = AutoConfig.from_pretrained(config.model_name_or_path)
+    if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+        raise UsageError(
+            f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
+            f"sinusoidal_encoder one."
+        )
+    # the weights, before any work (a head --ignore_mismatched_sizes replaces is not judged)
+    check_local_files("--model_name_or_path", config.model_name_or_path, replaced_head=config.ignore_mismatched_sizes)
+    if config.tokenizer_name:
+        check_local_files("--tokenizer_name", config.tokenizer_name, "tokenizer")
+    else:
+        check_local_files("--model_name_or_path", config.model_name_or_path, "tokenizer")
+    if config.config_overrides:
+        shapes = weight_shapes(model_config)
+        apply_overrides(model_config, config.config_overrides)
+        changed = sorted(name for name, shape in weight_shapes(model_config).items() if shapes.get(name) != shape)
+        if changed:
+            raise UsageError(
+                f"--config_overrides {config.config_overrides!r} changes the shape of {len(changed)} pretrained "
+                f"weight(s) ({changed[0]}, ...): fine-tuning keeps the pretrained architecture; override fields "
+                "such as classifier_pooling and the dropouts."
+            )
+    return model_config
+
+
+def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
+    """The tokenizer of --tokenizer_name (default: the model's own), before any work; refused when it has more
+    tokens than the model has token embeddings."""
+    source = config.tokenizer_name or config.model_name_or_path
+    with loading("--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", source, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    if config.tokenizer_name:
+        check_tokenizer_fits(
+            f"--tokenizer_name {config.tokenizer_name!r}",
+            len(tokenizer),
+            f"--model_name_or_path {config.model_name_or_path!r}",
+            model_config.vocab_size,
+            "leave --tokenizer_name out (the model's own tokenizer), or give the one it was trained with.",
+        )
+    return tokenizer
+
+
+def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every weight of the base model `model_config` describes (built on the meta device: no
+    memory, no initialisation)."""
+    with torch.device("meta"):
+        model = AutoModel.from_config(model_config)
+    return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+
+
+# the tasks whose head is trained for a set of labels
+LABELLED = tuple(name for name, task in TASKS.items() if task.recipe == "classification")
+
+
+class OtherLabels(UsageError):
+    """The data's labels are not those the folder's head was trained for: what differs, and what to do (which
+    depends on the command)."""
+
+    def __init__(self, what: str, advice: str):
+        super().__init__(f"{what}: {advice}")
+        self.what = what
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadPlan:
+    """What a fine-tune does with the head of --model_name_or_path (`plan_head`): the labels of the run, in the
+    order of the head's outputs, and, when a new head starts on the folder's encoder instead of the folder's own,
+    the one line that says so (`new_head`); `fresh`: the folder's head weights must not be loaded."""
+
+    labels: list[str] | None
+    new_head: str | None = None
+    fresh: bool = False
+
+
+def folder_labels(model_config: Any) -> list[str]:
+    """The label names of the head a model config describes, in the order of its outputs."""
+    return [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
+
+
+def describe_labels(problem: str | None, labels: list[str] | None) -> str:
+    """The labels of a head as a line names them: "2 labels ['neg', 'pos']", "a regression target (one number)"."""
+    if problem == "regression" or labels is None:
+        return "a regression target (one number)"
+    shown = repr(labels) if len(labels) <= 8 else repr(labels[:8])[:-1] + ", ...]"
+    kind = " (multi-label)" if problem == "multi_label_classification" else ""
+    return f"{len(labels)} labels {shown}{kind}"
+
+
+def same_head(folder_config: Any, problem: str | None, labels: list[str] | None) -> bool:
+    """Whether the folder's head was trained for the run's labels: the same names in any order (each keeps its
+    output, mapped by name), or one output for regression; the same problem type where both say."""
+    theirs_problem = getattr(folder_config, "problem_type", None)
+    if theirs_problem is not None and problem is not None and theirs_problem != problem:
+        return False
+    if problem == "regression" or labels is None:
+        return folder_config.num_labels == 1
+    return sorted(folder_labels(folder_config)) == sorted(labels)
+
+
+def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None, labels: list[str] | None) -> HeadPlan:
+    """The one rule for the head in --model_name_or_path (config.json's `architectures` and labels), before the
+    data is tokenised: a head trained for this task and the run's labels (`problem`, `labels`; None for a task of
+    none) is fine-tuned further, its outputs mapped to the labels by name, never by index; a head of another task
+    (a classifier for question answering, a token classifier for sequences) is never used: a new head starts on
+    the encoder, with one line saying so; a head of this task trained for other labels (another count, other
+    names, another problem type) is refused, naming both label sets, unless `--ignore_mismatched_sizes`, which
+    starts a new head (one line). A folder with no task head (a pretrained masked-LM folder, the bare encoder)
+    gets a new head, as always."""
+    source = config.model_name_or_path
+    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
+    own = task_of_architecture(architecture)
+    if own not in FINETUNED:
+        return HeadPlan(labels)
+    if own != config.task:
+        line = (
+            f"--model_name_or_path {source!r} has a {own} head ({architecture}), trained for another task: a new "
+            f"{config.task} head starts on its encoder."
+        )
+        return HeadPlan(labels, line, fresh=True)
+    if config.task not in LABELLED:
+        return HeadPlan(labels)
+    if same_head(folder_config, problem, labels):  # the run takes the head's order of its labels
+        return HeadPlan(None if labels is None else folder_labels(folder_config))
+    theirs = describe_labels(getattr(folder_config, "problem_type", None), folder_labels(folder_config))
+    ours = describe_labels(problem, labels)
+    if not config.ignore_mismatched_sizes:
+        raise OtherLabels(
+            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}",
+            "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels.",
+        )
+    line = (
+        f"--model_name_or_path {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
+        "its encoder (--ignore_mismatched_sizes)."
+    )
+    return HeadPlan(labels, line, fresh=True)
+
+
+def run_labels(config: FinetuningConfig, model_config: Any) -> tuple[str | None, list[str] | None]:
+    """The problem type and labels a recipe set on the model config (None, None for a task without labels)."""
+    if config.task not in LABELLED:
+        return None, None
+    problem = model_config.problem_type
+    return problem, None if problem == "regression" else folder_labels(model_config)
+
+
+def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan) -> Any:
+    """The task's model of --model_name_or_path: the folder's weights, or, when `plan` says a new head starts
+    (`fresh`), the folder's encoder alone under a head transformers initialises as it does for a folder without
+    one."""
+    auto_class = auto_class_of(config.task)
+    source = config.model_name_or_path
+    with loading("--model_name_or_path", source):
+        if not plan.fresh:
+            return auto_class.from_pretrained(
+                source, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
+            )
+        encoder = AutoModel.from_pretrained(source, config=model_config)
+        model_class = getattr(sinusoidal_encoder, f"SinusoidalEncoder{TASKS[config.task].head}")
+        prefix = model_class.base_model_prefix
+        weights = {f"{prefix}.{name}": tensor for name, tensor in encoder.state_dict().items()}
+        return model_class.from_pretrained(None, config=model_config, state_dict=weights)
+
+
+def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
+    """A `UsageError` naming the split, the row (its number and other values: a split drawn from the training file
+    is shuffled) and the column when a text column of the data holds something other than text: a missing value
+    (null) reached the tokenizer as a TypeError, or, formatted into a choice, as the word "None"."""
+    for split in ("train", "validation"):
+        for column in columns:
+            for row, value in enumerate(raw[split][column], start=1):
+                if not isinstance(value, str):
+                    others = {name: held for name, held in raw[split][row - 1].items() if name != column}
+                    shown = repr(others) if len(repr(others)) <= 80 else repr(others)[:77] + "..."
+                    raise UsageError(
+                        f"The {split} split, row {row} {shown}: {column!r} is {value!r}, not text: give every row a "
+                        'text ("" for none), or remove the row.'
+                    )
+
+
+def model_inputs(batch: dict[str, torch.Tensor], labels: bool = True) -> dict[str, torch.Tensor]:
+    """What a batch gives the model: ids, mask, and the labels (unless `labels` is False)."""
+    names = ("input_ids", "attention_mask", "labels") if labels else ("input_ids", "attention_mask")
+    return {name: batch[name] for name in names if name in batch}
+
+
+def finetune(
+    config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
+) -> FinetuningResult:
+    """Load the data and the model, fine-tune, evaluate (and score the baselines when asked).
+
+    What the task does with its data is the recipe its entry in `tasks.TASKS` names (`classification`,
+    `question_answering`, `multiple_choice`): its `prepare` checks and tokenises the splits, sets the task's fields
+    of the model config (the labels), and gives the collator and the task of the training loop.
+
+    `model_init(model_config)` makes the model to fine-tune, as in transformers' `Trainer(model_init=...)`: it is
+    given the config of `--model_name_or_path` with the task's fields set and called once every RNG is seeded, so a
+    new head starts the same in every run. By default the task's Auto class loads `--model_name_or_path`, which must
+    be a sinusoidal encoder (the exported model card describes one); a `model_init` may return any architecture with
+    the task's outputs whose loss honours `num_items_in_batch`."""
+    accelerator = make_accelerator(config)
+    if config.push_to_hub:
+        check_hub_access(config.hub_model_id, flag="--push_to_hub")
+    model_config = load_model_config(config, sinusoidal_only=model_init is None)
+    tokenizer = load_tokenizer(config, model_config)
+    claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
+    if config.builtin and not config.with_baselines:
+        accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
+    recipe = importlib.import_module(f"sinusoidal_encoder_training.tasks.{TASKS[config.task].recipe}")
+    folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
+    with accelerator.main_process_first():
+        raw = load_task_data(config)
+        prepared = recipe.prepare(config, raw, tokenizer, model_config)
+    plan = plan_head(config, folder_config, *run_labels(config, model_config))
+    if model_init is None:
+        if plan.new_head is not None:
+            accelerator.print(plan.new_head)
+        model = load_task_model(config, model_config, plan)
+    else:
+        model = model_init(model_config)
+
+    generator = torch.Generator()
+    train_loader, eval_loader = make_loaders(
+        config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
+    )
+    optimizer = make_optimizer(model, config)
+    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    task = prepared.make_task(generator)
+    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, prepared.header)
+    final = trained.metrics
+    if prepared.extra_scores is not None and accelerator.is_main_process:
+        extra = optional_step("score the baselines", prepared.extra_scores, final)
+        final.update(extra or {})
+    return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared)
+
+
+def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> dict[str, float]:
+    """The final evaluation of a fine-tuning run, without the training: the head of --model_name_or_path (trained for
+    --task) scored on the validation split of the run's data, prepared by the task's recipe as fine-tuning prepares
+    it, summed over the processes of `accelerator`. A head trained for other labels than the data's is refused in
+    one line (`plan_head`); no folder is written."""
+    model_config = load_model_config(config)
+    tokenizer = load_tokenizer(config, model_config)
+    recipe = importlib.import_module(f"sinusoidal_encoder_training.tasks.{TASKS[config.task].recipe}")
+    folder_config = copy.deepcopy(model_config)
+    try:
+        with accelerator.main_process_first():
+            raw = load_task_data(config)
+            prepared = recipe.prepare(config, raw, tokenizer, model_config)
+        problem, labels = run_labels(config, model_config)
+        plan = plan_head(config, folder_config, problem, labels)
+    except OtherLabels as error:
+        raise UsageError(f"{error.what}: give data with the head's labels.") from error
+    if plan.fresh:  # a head of another task: never scored
+        raise UsageError(f"--model_name_or_path {config.model_name_or_path!r} has no trained {config.task} head.")
+    model = load_task_model(config, model_config, plan)
+    loader = torch.utils.data.DataLoader(
+        prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
+    )
+    model, loader = accelerator.prepare(model, loader)
+    return prepared.make_task(torch.Generator()).evaluate(model, loader, accelerator)
+
+
+def export(config: FinetuningConfig, result: FinetuningResult) -> None:
+    """The Hub-ready folder: weights, config with the label names, code, tokenizer, README.md (model card with the
+    results and the baselines), pictures and eval_results.json."""
+    accelerator, progress, final = result.accelerator, result.progress, result.metrics
+    problem, labels, pipeline_tag = result.prepared.problem, result.prepared.labels, config.task
+    if config.builtin:
+        data = (
+            "The offline downstream task of sinusoidal-encoder: passages of its built-in corpus (Python "
+            f"documentation and docstrings) labelled with the library they document ({labels}); train and "
+            "validation are the corpus's hash-based splits."
+        )
+    else:
+        data = describe_data(config)
+    base = config.model_name_or_path
+    if os.path.isdir(base):
+        base = config.base_model_id or f"a local model folder, {os.path.basename(os.path.normpath(base))}"
+    procedure = (
+        f"Fine-tuned from `{base}` for {config.task} ({problem}; labels: {labels}) with "
+        f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
+        f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
+        f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
+        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
+    )
+    if config.config_overrides:
+        procedure += f" Config changed from the pretrained model's: `{config.config_overrides}`."
+    if accelerator.is_main_process:
+        os.makedirs(config.output_dir, exist_ok=True)
+        write_json(os.path.join(config.output_dir, "eval_results.json"), final)
+    export_model(
+        accelerator,
+        config,
+        result.model,
+        auto_class_of(config.task),
+        result.tokenizer,
+        pipeline_tag=pipeline_tag,
+        example=result.prepared.example,
+        training_data=data,
+        training_procedure=procedure,
+        metrics={
+            k.removeprefix("eval_"): v for k, v in final.items() if k.startswith("eval_") and isinstance(v, float)
+        },
+        baselines={k: v for k, v in final.items() if k.startswith(("majority_", "tfidf_logreg_"))},
+        dataset_name="built-in library-of-a-passage task" if config.builtin else None,
+        base_model=config.base_model_id
+        or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),
+        intended_uses=result.prepared.uses,
+        extra_tags=(pipeline_tag,),
+    )
+
+
+def run(config: FinetuningConfig) -> dict[str, float]:
+    """The command: fine-tune, then export the folder (`sinusoidal-encoder-finetune`, `training/finetune.py` in a
+    checkout, once `console.py` has parsed the flags); returns the final metrics."""
+    result = finetune(config)
+    try:
+        export(config, result)
+    finally:
+        if config.with_tracking:
+            result.accelerator.end_training()
+    return result.metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """`python -m sinusoidal_encoder_training.stages.finetuning`: the command of `argv` (`sys.argv[1:]` by default)."""
+    return run(parse_config(FinetuningConfig, argv))
+
+
+if __name__ == "__main__":
+    with front():
+        main()
