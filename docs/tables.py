@@ -9,14 +9,14 @@ A region of a page holds one generated table and the note naming its source, bet
     ...
     <!-- end table -->
 
-Nothing outside the regions is touched. The sources: a markdown report written by a benchmark is itself the
-committed result file (`benchmarks/results-small.md` by `benchmarks/benchmark.py`, `benchmarks/order-recipe.md`):
+Nothing outside the regions is touched. The sources: a markdown report written by a benchmark is itself the committed
+result file (`benchmarks/speed/results-small.md` by `benchmarks/speed/run.py`, `benchmarks/order_recipe/results.md`):
 its table rows are read by their label, never by position. JSON records are read by key: the length experiment's
-`benchmarks/length-generalization.json` (the harness's results.json), the utilization, deployment and fine-tuning
-records, and the sentence-embedding lines `benchmarks/sentence-embeddings.jsonl`. The algorithmic
+`benchmarks/length_generalization/results.json` (the harness's results.json), the utilization, deployment and
+fine-tuning records, and the sentence-embedding lines `benchmarks/sentence_embeddings/results.jsonl`. The algorithmic
 tasks' table is computed from the per-run records `benchmarks/algorithmic/runs/results.jsonl` by the functions of
-`benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too. `tests/test_docs.py` runs
-the check, and checks README's headline figures (section "Results") against the same sources (`readme_problems`).
+`benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too. `tests/test_docs.py` runs the
+check, and checks README's headline figures (section "Results") against the same sources (`readme_problems`).
 A figure in the prose outside the regions names the date and machine of its measurement instead
 (`tests/test_claims.py`, `test_measured_figures_in_prose_carry_a_date_or_come_from_a_result_file`).
 """
@@ -40,6 +40,24 @@ BLOB = "https://github.com/sinusoidal-encoder/sinusoidal-encoder/blob/main/"  # 
 COMMAND = "python docs/tables.py"
 START = re.compile(r"^<!-- table: (?P<name>[\w-]+) \(python docs/tables\.py\) -->[ \t]*$")
 END = "<!-- end table -->"
+
+
+# a record keeps the command it was run with; a page shows the command that runs the study now (each study of
+# benchmarks/ became a folder, its command `python -m benchmarks.STUDY.run`)
+OLD_COMMANDS = (
+    ("python benchmarks/benchmark.py", "python -m benchmarks.speed.run"),
+    ("python benchmarks/utilization.py", "python -m benchmarks.utilization.run"),
+    ("python -m benchmarks.deployment", "python -m benchmarks.deployment.run"),
+    ("python -m benchmarks.gpu", "python -m benchmarks.gpu.run"),
+)
+
+
+def current_command(command: str) -> str:
+    """`command` as it runs now: a recorded command of a study from before its folder, in its new form."""
+    for old, new in OLD_COMMANDS:
+        if command == old or command.startswith(old + " "):
+            return new + command[len(old) :]
+    return command
 
 
 def link(path: str) -> str:
@@ -128,7 +146,7 @@ def minus(value: str) -> str:
 # the tables
 
 
-ORDER_RECIPE = "benchmarks/order-recipe.md"
+ORDER_RECIPE = "benchmarks/order_recipe/results.md"
 ORDER_ROWS = (  # (label on the page, arm in the report, in bold)
     ("the previous main job: post-LN, dropout 0.1, lr 5e-4, 300 steps", "v16k_paper", False),
     (
@@ -151,13 +169,13 @@ def order_recipe_table() -> str:
     header = ["recipe (small preset, 7.4M parameters)", "tokens", "eval loss", "below unigram", "order gap"]
     note = (
         f"Source: {link(ORDER_RECIPE)} (every arm, with the order gap at each evaluation; "
-        "`python benchmarks/order_recipe.py`)."
+        "`python -m benchmarks.order_recipe.run`)."
     )
     return table(header, rows) + "\n\n" + note
 
 
-LENGTH = "benchmarks/length-generalization.md"
-LENGTH_DATA = "benchmarks/length-generalization.json"  # the harness's results.json: arguments and summary
+LENGTH = "benchmarks/length_generalization/results.md"
+LENGTH_DATA = "benchmarks/length_generalization/results.json"  # the harness's results.json: arguments and summary
 LENGTH_ARMS = ("shipped", "stratified", "ordered_subset", "offset", "rotary", "alibi", "bert", "no_position")
 
 
@@ -181,8 +199,8 @@ def seed_spread(values: list[float], spec: str) -> str:
 
 def length_table() -> str:
     """Loss and order gap at the training length and at 4× and 8× it, per arm, then issue 33's targets as the
-    harness judges them (`targets`), from benchmarks/length-generalization.json."""
-    from benchmarks.length_generalization import ARMS, targets
+    harness judges them (`targets`), from benchmarks/length_generalization/results.json."""
+    from benchmarks.length_generalization.run import ARMS, targets
 
     summary = length_summary()
     train = summary["train_length"]
@@ -217,23 +235,24 @@ def length_table() -> str:
     contents = ", the variants and the fine-tuning" if finetuned else " and the variants"
     note = (
         f"Source: {link(LENGTH_DATA)}.{spread} The report with every length{contents}: "
-        f"{link(LENGTH)}; the pictures: {link('benchmarks/length-generalization.png')} (against evaluation length), "
-        f"{link('benchmarks/length-generalization-curves.png')} (during pretraining)."
+        f"{link(LENGTH)}; the pictures: {link('benchmarks/length_generalization/results.png')} "
+        "(against evaluation length), "
+        f"{link('benchmarks/length_generalization/curves.png')} (during pretraining)."
     )
     return "\n\n".join([table(header, rows), table(["target", "measured", "met"], checks), note])
 
 
-LENGTH_BUDGET_DATA = "benchmarks/length-generalization-2x.json"
+LENGTH_BUDGET_DATA = "benchmarks/length_generalization/results-2x.json"
 # the same arms at the main job's budget, run beside the 2× ones (2026-11-26, before the tokenizer of 2026-11-27)
-LENGTH_BUDGET_BASE = "benchmarks/length-generalization-1x.json"
+LENGTH_BUDGET_BASE = "benchmarks/length_generalization/results-1x.json"
 BUDGETS = {"1×": LENGTH_BUDGET_BASE, "2×": LENGTH_BUDGET_DATA}
-LENGTH_BUDGET = "benchmarks/length-generalization-2x.md"
+LENGTH_BUDGET = "benchmarks/length_generalization/results-2x.md"
 
 
 def length_budget_table() -> str:
     """The arms pretrained twice as long beside themselves at the main job's budget (seed 42 of both runs): loss and
     order gap at the training length and at 4× it, and the share of the gap kept, from the two data files."""
-    from benchmarks.length_generalization import ARMS
+    from benchmarks.length_generalization.run import ARMS
 
     budgets = {name: json.loads((REPO / path).read_text())["summary"] for name, path in BUDGETS.items()}
     train = budgets["2×"]["train_length"]
@@ -314,7 +333,7 @@ def algorithmic_table() -> str:
 
 
 BENCHMARK_SIZES = ("small", "base")
-PERFORMANCE_ROWS = (  # (label on the page, row of benchmarks/results-<size>.md; None: the peak-memory sentence)
+PERFORMANCE_ROWS = (  # (label on the page, row of benchmarks/speed/results-<size>.md; None: the peak-memory sentence)
     ("MLM training step, 16 × 128", "MLM training step, 16 × 128 (tokens/s)"),
     ("inference, dense 32 × 128 (GELU, like for like)", "inference, dense 32 × 128 (tokens/s)"),
     (
@@ -337,7 +356,7 @@ PEAK_MEMORY = re.compile(r"^Peak memory at 16,384 tokens / at 8,192 tokens: (?P<
 
 
 def benchmark_file(size: str) -> str:
-    return f"benchmarks/results-{size}.md"
+    return f"benchmarks/speed/results-{size}.md"
 
 
 def benchmark_rows(size: str) -> Rows:
@@ -345,7 +364,7 @@ def benchmark_rows(size: str) -> Rows:
 
 
 def performance_cell(size: str, row: str | re.Pattern | None) -> str:
-    """The ratio ours / BERT of `row` in benchmarks/results-<size>.md; "—" where the file has no such row."""
+    """The ratio ours / BERT of `row` in benchmarks/speed/results-<size>.md; "—" where the file has no such row."""
     if row is None:
         peak = PEAK_MEMORY.search((REPO / benchmark_file(size)).read_text(encoding="utf-8"))
         return peak["ratio"] if peak else "—"
@@ -359,13 +378,15 @@ def performance_cell(size: str, row: str | re.Pattern | None) -> str:
 
 
 def benchmark_flags(size: str) -> str:
-    """The flags of the run that wrote benchmarks/results-<size>.md, from its header and its length sweep."""
+    """The flags of the run that wrote benchmarks/speed/results-<size>.md, from its header and its length sweep."""
     text = (REPO / benchmark_file(size)).read_text(encoding="utf-8")
-    command = re.search(r"`python benchmarks/benchmark\.py (?P<flags>[^`]*)`", text)
+    # the header names the command as it was when the file was written (`python benchmarks/benchmark.py` before the
+    # studies had folders of their own)
+    command = re.search(r"`python (?:-m benchmarks\.speed\.run|benchmarks/benchmark\.py) (?P<flags>[^`]*)`", text)
     repeats = re.search(r"medians of (\d+) interleaved repetitions", text)
     sweep = report_rows(benchmark_file(size), "ours: seconds", text=text)
     if not (command and repeats and sweep.rows):
-        raise ValueError(f"{benchmark_file(size)}: not the header and length sweep benchmarks/benchmark.py writes.")
+        raise ValueError(f"{benchmark_file(size)}: not the header and length sweep benchmarks/speed/run.py writes.")
     flags = command["flags"].replace("--size small", "").split()  # small is the default
     flags += ["--repeats", repeats[1]]
     longest = int(list(sweep.rows)[-1].replace(",", ""))
@@ -381,7 +402,7 @@ def performance_table() -> str:
     return "Ours / BERT:\n\n" + table(["", *BENCHMARK_SIZES], rows) + "\n\n" + note
 
 
-FINETUNE = "benchmarks/finetune-builtin.json"
+FINETUNE = "benchmarks/finetuning_gap/builtin.json"
 FINETUNE_ROWS = (  # (label on the page, prefix of the metrics in eval_results.json, in bold)
     ("majority class (`transformers`)", "majority_", False),
     ("TF-IDF (1–2-grams) + logistic regression, same split", "tfidf_logreg_", True),
@@ -402,12 +423,12 @@ def finetune_table() -> str:
     return table(["on the validation passages", "accuracy", "macro-F1"], rows) + "\n\n" + note
 
 
-FINETUNE_GAP = "benchmarks/finetune-gap.jsonl"
+FINETUNE_GAP = "benchmarks/finetuning_gap/results.jsonl"
 
 
 def finetune_gap_table() -> str:
-    """Fine-tuning settings against the TF-IDF baseline, one row per line of benchmarks/finetune-gap.jsonl (each a
-    `scripts/finetune.sh` run on the same pretrained model, with its command)."""
+    """Fine-tuning settings against the TF-IDF baseline, one row per line of benchmarks/finetuning_gap/results.jsonl
+    (each a `scripts/finetune.sh` run on the same pretrained model, with its command)."""
     lines = [json.loads(text) for text in (REPO / FINETUNE_GAP).read_text().splitlines()]
     metrics = ("accuracy", "macro_f1")
     rows = [
@@ -423,12 +444,12 @@ def finetune_gap_table() -> str:
     return table(["fine-tuning", "pretrained model", "accuracy", "macro-F1"], rows) + "\n\n" + note
 
 
-SENTENCES = "benchmarks/sentence-embeddings.jsonl"
+SENTENCES = "benchmarks/sentence_embeddings/results.jsonl"
 
 
 def sentence_embeddings_table() -> str:
-    """The hand-checked similarity triples, from the lines `benchmarks/similarity_check.py --results` appended: one
-    row per label in the file's order, the lines of one label (seeds) side by side."""
+    """The hand-checked similarity triples, from the lines `benchmarks/sentence_embeddings/run.py --results` appended:
+    one row per label in the file's order, the lines of one label (seeds) side by side."""
     by_label: dict[str, list[dict]] = {}
     for text in (REPO / SENTENCES).read_text().splitlines():
         line = json.loads(text)
@@ -453,8 +474,8 @@ def sentence_embeddings_table() -> str:
     return table(header, rows) + "\n\n" + note
 
 
-DEPLOYMENT = "benchmarks/deployment.json"
-DEPLOYMENT_PATHS = {  # (label on the page) of each serving path of benchmarks/deployment.py
+DEPLOYMENT = "benchmarks/deployment/results.json"
+DEPLOYMENT_PATHS = {  # (label on the page) of each serving path of benchmarks/deployment/run.py
     "pytorch-fp32": "PyTorch fp32 (the reference)",
     "pytorch-bf16": "PyTorch, bf16 weights",
     "onnxruntime-fp32": "ONNX Runtime fp32",
@@ -463,7 +484,7 @@ DEPLOYMENT_PATHS = {  # (label on the page) of each serving path of benchmarks/d
 
 
 def deployment_table() -> str:
-    """The CPU serving paths, from the JSON record of `python -m benchmarks.deployment`: each path's speed on both
+    """The CPU serving paths, from the JSON record of `python -m benchmarks.deployment.run`: each path's speed on both
     batches (tokens/s, against PyTorch fp32 and against BERT on the same path), then its accuracy against PyTorch
     fp32."""
     record = json.loads((REPO / DEPLOYMENT).read_text())
@@ -489,22 +510,23 @@ def deployment_table() -> str:
     machine, accuracy = record["machine"], record["accuracy"]
     flags = present_flags(machine["flags"])
     note = (
-        f"Source: {link(DEPLOYMENT)} (`{record['command']}`; commit {record['commit']}, {record['date']}): "
+        f"Source: {link(DEPLOYMENT)} (`{current_command(record['command'])}`; commit {record['commit']}, "
+        f"{record['date']}): "
         f"{machine['model']} (CPU flags: {flags}), {record['threads']['torch']} thread(s) for PyTorch and ONNX "
         f"Runtime; medians of {record['settings']['repeats']} interleaved repetitions; accuracy on "
         f"{accuracy['passages']} validation passages ({accuracy['paths']['pytorch-fp32']['masked_tokens']:,} masked "
-        f"tokens). With BERT's tokens/s and the sizes of the ONNX files: {link('benchmarks/deployment.md')}."
+        f"tokens). With BERT's tokens/s and the sizes of the ONNX files: {link('benchmarks/deployment/results.md')}."
     )
     return "\n\n".join([table(speed_header, speed_rows), table(accuracy_header, accuracy_rows), note])
 
 
-UTILIZATION = "benchmarks/utilization.json"
+UTILIZATION = "benchmarks/utilization/results.json"
 
 
 def utilization_table() -> str:
     """Model-FLOPs utilisation of every path, precision and mode, ours and BERT, from the JSON record of
-    `python benchmarks/utilization.py`, with issue 32's targets (eager mode) met or missed."""
-    from benchmarks.utilization import PATH_NAMES, format_mfu, verdict
+    `python -m benchmarks.utilization.run`, with issue 32's targets (eager mode) met or missed."""
+    from benchmarks.utilization.run import PATH_NAMES, format_mfu, verdict
 
     record = json.loads((REPO / UTILIZATION).read_text())
     rows = []
@@ -528,23 +550,24 @@ def utilization_table() -> str:
     profiled = "--profile" in record["command"].split()
     profiles = "Per-op profiles of the cells" if profiled else "Per-op profiles of the cells, from an earlier run"
     note = (
-        f"Source: {link(UTILIZATION)} (`{record['command']}`, commit {record['commit']}, {record['date']}): "
+        f"Source: {link(UTILIZATION)} (`{current_command(record['command'])}`, commit {record['commit']}, "
+        f"{record['date']}): "
         f"{cpu['model']}, {cpu['threads']} threads, CPU flags {flags}; GEMM peak measured in the run "
         f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s in fp32 and {peaks['bf16'] / 1e9:,.0f} in bf16; medians of "
         f"{record['repeats']} interleaved repetitions (in brackets: the slowest and the fastest). Ratios below 1 in "
-        f"bold. {profiles}: {link('benchmarks/utilization-profiles.md')}."
+        f"bold. {profiles}: {link('benchmarks/utilization/results-profiles.md')}."
     )
     return table(header, rows) + "\n\n" + note
 
 
-GPU_SUMMARY = "benchmarks/gpu-summary.json"  # `bash scripts/test_gpu.sh`: the device, the tests
-GPU_BENCHMARK = "benchmarks/gpu-benchmark.json"  # and its benchmark (benchmarks/gpu.py)
+GPU_SUMMARY = "benchmarks/gpu/gpu-summary.json"  # `bash scripts/test_gpu.sh`: the device, the tests
+GPU_BENCHMARK = "benchmarks/gpu/gpu-benchmark.json"  # and its benchmark (benchmarks/gpu/run.py)
 
 
 def gpu_table() -> str:
     """The GPU command's run: the single-GPU tests' outcome and every benchmark cell (ours against BERT, tokens/s,
     ratio, MFU against the bf16 GEMM peak measured in the run), with the targets met or missed, from its records."""
-    from benchmarks.gpu import PATH_NAMES, cell_name, format_verdict
+    from benchmarks.gpu.run import PATH_NAMES, cell_name, format_verdict
 
     summary = json.loads((REPO / GPU_SUMMARY).read_text())
     record = json.loads((REPO / GPU_BENCHMARK).read_text())

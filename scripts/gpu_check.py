@@ -14,9 +14,9 @@ one line, after the setup (which is how it is tested on a CPU: tests/test_gpu_co
 
 RESULTS_DIR receives seven files: `gpu-summary.md` and `.json` (the device, torch/CUDA/transformers versions, the
 tests' outcome, what was skipped and why, the benchmark's report), `gpu-tests.xml` (pytest's JUnit report) and
-`gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu.py); and, with the
+`gpu-tests.log`, and the benchmark's `gpu-benchmark.md`, `.json` and `.log` (benchmarks/gpu/run.py); and, with the
 benchmark, a folder `loop-TASK-SIZE-eager` or `loop-TASK-SIZE-MODE` (compiled) for each cell of `LOOP_CELLS`: the
-real training loop against its bare step (benchmarks/loop_against_step.py: `loop-against-step.md`, `.json` and
+real training loop against its bare step (benchmarks/loop_against_step/run.py: `loop-against-step.md`, `.json` and
 `.log`), whose reports the summary shows.
 """
 
@@ -315,7 +315,7 @@ def summary_markdown(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# the loop-against-step cells (benchmarks/loop_against_step.py), in the order they run: task, size, steps, time
+# the loop-against-step cells (benchmarks/loop_against_step/run.py), in the order they run: task, size, steps, time
 # limit in seconds, and the torch.compile mode (None: eager). The small model first (whose loop fed the GPU at a fifth
 # of its step's speed), eager then compiled, then base. Compiled: the small model in reduce-overhead (CUDA graphs)
 # where its shapes are static (pretraining's whole blocks), else in the default mode (fine-tuning pads each batch to
@@ -354,7 +354,7 @@ def loop_cells(
         if budget - spent < LEAST_CELL_SECONDS:
             cells.append({**cell, "status": None, "seconds": 0.0, "report": None, "budget": budget})
             continue
-        command = [sys.executable, "-m", "benchmarks.loop_against_step", "--task", task, "--size", size]
+        command = [sys.executable, "-m", "benchmarks.loop_against_step.run", "--task", task, "--size", size]
         command += ["--steps", str(steps), "--output_dir", str(folder)]
         if mode is not None:
             command += ["--torch_compile", "--torch_compile_mode", mode]
@@ -492,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     benchmark_status = None
     if not args.no_benchmark:
-        command = [sys.executable, "-m", "benchmarks.gpu", "--output", str(results)]
+        command = [sys.executable, "-m", "benchmarks.gpu.run", "--output", str(results)]
         command += ["--time_budget", str(args.benchmark_budget)]
         log = results / "gpu-benchmark.log"
         benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU command: the single-GPU tests (tests/test_gpu.py), then the GPU benchmark (benchmarks/gpu.py), results
+# The GPU command: the single-GPU tests (tests/test_gpu.py), then the GPU benchmark (benchmarks/gpu/run.py), results
 # written to RESULTS_DIR. Needs no package registry: it runs with the Python that has CUDA torch ($PYTHON if set,
 # else .venv/bin/python or python3, whichever has a CUDA build), installs what that Python lacks from a wheel folder
 # (--wheels DIR; fill it beforehand where a registry is reachable: bash scripts/test_gpu.sh --fill_wheels DIR), and

@@ -1,4 +1,4 @@
-"""benchmarks/deployment.py on tiny folders, mechanics only (no time is asserted): every serving path and batch is
+"""benchmarks/deployment/run.py on tiny folders, mechanics only (no time is asserted): every serving path and batch is
 timed for ours and for BERT, ONNX Runtime fp32 computes what PyTorch does, int8 and bf16 do not quite, the
 classifier's accuracy is that of its predictions, the report and its JSON record are written, and a bad folder is
 refused in one line before any work."""
@@ -18,7 +18,8 @@ pytest.importorskip("onnx", reason="the ONNX export needs onnx (the `onnx` extra
 pytest.importorskip("onnxruntime", reason="the serving paths need onnxruntime (the `onnx` extra)")
 
 import sinusoidal_encoder as se
-from benchmarks import batches, deployment, machine
+from benchmarks import batches, machine
+from benchmarks.deployment import run as deployment
 from sinusoidal_encoder_training.stages import finetuning
 
 LABELS = ("accelerate", "datasets", "huggingface_hub", "numpy", "python", "transformers")
@@ -148,7 +149,7 @@ def test_report_and_record_are_written(run):
     assert json.loads(json_path.read_text()) == json.loads(json.dumps(record))
     assert set(record["machine"]["flags"]) == set(machine.CPU_FLAGS) and record["machine"]["model"]
     assert {"torch", "onnxruntime", "transformers"} <= set(record["versions"])
-    assert record["command"].startswith("python -m benchmarks.deployment --pretrained ")
+    assert record["command"].startswith("python -m benchmarks.deployment.run --pretrained ")
     assert record["date"] and record["settings"]["quantization"]["weight_type"] == "QInt8"
     text = output.read_text()
     for label in [*deployment.PATH_LABELS.values(), *deployment.BATCH_LABELS.values()]:

@@ -1,4 +1,4 @@
-"""benchmarks/gpu.py on the CPU (`--device cpu` runs the GPU benchmark's code): the FLOPs its batches need, the
+"""benchmarks/gpu/run.py on the CPU (`--device cpu` runs the GPU benchmark's code): the FLOPs its batches need, the
 targets' verdicts, a tiny run writing both files with every field, a failing cell recorded beside the others, the
 time budget, a stop by SIGTERM, and the one-line errors. Mechanics only: no time is asserted."""
 
@@ -12,7 +12,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks import batches, gpu, utilization
+from benchmarks import batches
+from benchmarks.gpu import run as gpu
+from benchmarks.utilization import run as utilization
 
 SHAPE = utilization.Shape(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100, hidden_act="relu"
@@ -132,7 +134,7 @@ def test_verdicts_say_why_a_target_is_not_measured():
 def test_a_tiny_run_writes_both_files_with_every_field(tmp_path, cpu_sized):
     record, saved = run(tmp_path, "--modes", "eager")
     assert saved == json.loads(json.dumps(record))  # the files hold what the run returns
-    assert saved["finished"] and saved["command"].startswith("python -m benchmarks.gpu --output ")
+    assert saved["finished"] and saved["command"].startswith("python -m benchmarks.gpu.run --output ")
     for field in ("date", "commit", "torch", "transformers", "batches", "shapes", "compile_options"):
         assert saved[field], field
     assert saved["device"]["type"] == "cpu" and saved["cuda"] == torch.version.cuda

@@ -228,7 +228,7 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
     cells = gpu_check.loop_cells(tmp_path, {}, budget=10_000)
     modes = {}
     for command, timeout in runs:
-        assert command[1:3] == ["-m", "benchmarks.loop_against_step"] and timeout > 0
+        assert command[1:3] == ["-m", "benchmarks.loop_against_step.run"] and timeout > 0
         task, size = command[command.index("--task") + 1], command[command.index("--size") + 1]
         compiled = "--torch_compile" in command
         mode = command[command.index("--torch_compile_mode") + 1] if compiled else None
@@ -274,7 +274,7 @@ def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_
     def run_step(command, log, timeout, environment):
         if "pytest" in command:
             Path(next(a for a in command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
-        elif "benchmarks.gpu" in command:
+        elif "benchmarks.gpu.run" in command:
             (tmp_path / "out" / "gpu-benchmark.md").write_text("The benchmark's report.")
         else:
             cells.append(command)

@@ -1,5 +1,5 @@
-"""benchmarks/input_pipeline.py: a tiny run writes every cell and a verdict on the target; bad input is one line.
-Mechanics only: no time is asserted (the figures are in benchmarks/input-pipeline.md)."""
+"""benchmarks/input_pipeline/run.py: a tiny run writes every cell and a verdict on the target; bad input is one line.
+Mechanics only: no time is asserted (the figures are in benchmarks/input_pipeline/input-pipeline.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import input_pipeline
+from benchmarks.input_pipeline import run as input_pipeline
 
 
 @pytest.mark.slow

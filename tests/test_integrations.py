@@ -175,11 +175,11 @@ def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
 
 
 def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path, tokenizer):
-    """benchmarks/similarity_check.py on an exported folder: one (paraphrase, unrelated) pair of cosine similarities
-    per hand-checked triple, equal to transformer + mean pooling done by hand. (Whether a model ranks the
+    """benchmarks/sentence_embeddings/run.py on an exported folder: one (paraphrase, unrelated) pair of cosine
+    similarities per hand-checked triple, equal to transformer + mean pooling done by hand. (Whether a model ranks the
     paraphrases first depends on its training: tests/test_sentence_embeddings.py tests that.)"""
     pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
-    from benchmarks import similarity_check
+    from benchmarks.sentence_embeddings import run as similarity_check
     from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 
     model = se.SinusoidalEncoderModel(config_for(tokenizer)).eval()
@@ -209,7 +209,7 @@ def test_similarity_check_random_init_scores_a_fresh_model_of_the_same_config(tm
     """--random_init SEED replaces the folder's weights by those a fresh model of its config gets with SEED (the
     untrained baseline of the sentence-embeddings table), and the results file says so."""
     pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
-    from benchmarks import similarity_check
+    from benchmarks.sentence_embeddings import run as similarity_check
     from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 
     torch.manual_seed(1)
@@ -232,7 +232,7 @@ def test_similarity_check_random_init_scores_a_fresh_model_of_the_same_config(tm
 
 
 def test_similarity_check_names_a_missing_folder_in_one_line(capsys):
-    from benchmarks import similarity_check
+    from benchmarks.sentence_embeddings import run as similarity_check
 
     with pytest.raises(SystemExit):
         similarity_check.main(["/no/such/folder"])

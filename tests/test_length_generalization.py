@@ -1,4 +1,4 @@
-"""benchmarks/length_generalization.py: its arms, its evaluation, and a tiny end-to-end run on a small stand-in for
+"""benchmarks/length_generalization/run.py: its arms, its evaluation, and a tiny end-to-end run on a small stand-in for
 the built-in corpus (the real experiment takes hours)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from matplotlib import image as mpimg
 from transformers import AutoModelForMaskedLM, BertForMaskedLM
 
 import sinusoidal_encoder as se
-from benchmarks import context_extension as ce
-from benchmarks import length_generalization as lg
+from benchmarks.context_extension import run as ce
+from benchmarks.length_generalization import run as lg
 from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.configs import PretrainingConfig
 from sinusoidal_encoder_training.data import pipeline

@@ -1,4 +1,4 @@
-"""benchmarks/loop_against_step.py: a tiny run measures the bare step and the real pretraining loop and writes the
+"""benchmarks/loop_against_step/run.py: a tiny run measures the bare step and the real pretraining loop and writes the
 ratio and its verdict, with the first logging window (the warm-up) beside a steady one, eager or compiled; bad input
 is one line. Mechanics only: no time is asserted."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from benchmarks import loop_against_step
+from benchmarks.loop_against_step import run as loop_against_step
 
 TINY = ["--size", "tiny", "--config_overrides", "hidden_size=8,intermediate_size=16"]
 SHORT = ["--batch_size", "8", "--length", "16", "--steps", "20", "--repeats", "2"]

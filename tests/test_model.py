@@ -501,7 +501,7 @@ def test_sdpa_trains_short_bf16_sequences_on_the_cpu_with_the_written_out_attent
     monkeypatch, seq_len, training, written_out
 ):
     """In bf16 on the CPU with autograd, sdpa hands sequences of at most 128 tokens to the written-out attention
-    (faster there: benchmarks/utilization.py); the loss and gradients are those of the sdpa kernel up to bf16
+    (faster there: benchmarks/utilization/run.py); the loss and gradients are those of the sdpa kernel up to bf16
     rounding. Longer sequences and inference keep the kernel."""
     written_out_attention, calls = modeling.eager_attention_forward, []
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corpus
 
-from benchmarks import length_generalization as lg
+from benchmarks.length_generalization import run as lg
 from sinusoidal_encoder_training.cli.arguments import ConfigParser, parse_config
 from sinusoidal_encoder_training.configs import DataConfig, FinetuningConfig, PretrainingConfig, TrainingConfig
 from sinusoidal_encoder_training.publishing import hub, onnx_export

@@ -156,7 +156,7 @@ def test_the_hand_checked_set_is_ranked_right_by_the_reference_model():
     folder = teacher_or_skip()
     from sentence_transformers import SentenceTransformer
 
-    from benchmarks import similarity_check
+    from benchmarks.sentence_embeddings import run as similarity_check
 
     teacher = SentenceTransformer(folder, device="cpu")
     scores = similarity_check.similarity_scores(teacher, similarity_check.ALL_TRIPLES)
@@ -236,7 +236,7 @@ def test_distillation_makes_paraphrases_score_higher(distilled):
     no baseline: its near-parallel embeddings ranked 15 by chance in a CI run of 2026-11-26, with other weights.)"""
     from sentence_transformers import SentenceTransformer
 
-    from benchmarks import similarity_check
+    from benchmarks.sentence_embeddings import run as similarity_check
 
     def summary(folder):
         scores = similarity_check.similarity_scores(SentenceTransformer(str(folder), device="cpu"))

@@ -1,4 +1,4 @@
-"""benchmarks/utilization.py: the FLOPs it charges each job are the matrix-product FLOPs the models run (counted by
+"""benchmarks/utilization/run.py: the FLOPs it charges each job are the matrix-product FLOPs the models run (counted by
 torch's FlopCounterMode), and a tiny run writes every cell. Mechanics only: no time is asserted."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks import machine, timing, utilization
+from benchmarks import machine, timing
+from benchmarks.utilization import run as utilization
 
 SHAPE = utilization.Shape(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=100, hidden_act="relu"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from transformers import BertForTokenClassification
 
 import sinusoidal_encoder as se
-from benchmarks.length_generalization import bert_config
+from benchmarks.bert_reference import bert_config
 
 from .tasks import PAD, Task, vocab_size
 

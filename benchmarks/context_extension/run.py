@@ -1,11 +1,11 @@
 """Context extension: each arm's 128-token model continued briefly at 512 tokens, beside the same arm trained at 512
 tokens from the start on as many tokens.
 
-    python -m benchmarks.context_extension --study_dir outputs/length-generalization \\
+    python -m benchmarks.context_extension.run --study_dir outputs/length-generalization \\
         --output_dir outputs/context-extension
 
-The 128-token models are the runs of benchmarks/length_generalization.py (its --output_dir, run first, with the same
-seeds). Extension continues each saved folder as a user would, with the library's pretraining:
+The 128-token models are the runs of benchmarks/length_generalization/run.py (its --output_dir, run first, with the
+same seeds). Extension continues each saved folder as a user would, with the library's pretraining:
 
     python training/pretrain.py --model_name_or_path outputs/small-builtin --max_seq_length 512 \\
         --per_device_train_batch_size 8 --max_train_steps 89 --learning_rate 5e-4 --num_warmup_steps 10 ...
@@ -27,7 +27,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
-from benchmarks import length_generalization as lg
+from benchmarks.length_generalization import run as lg
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds, parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, front
 from sinusoidal_encoder_training.configs import MODEL_SIZES
@@ -40,7 +40,9 @@ EXTENDED, SCRATCH = "extended", "scratch"
 class ContextExtensionConfig(FlagConfig):
     """The settings of the experiment, checked."""
 
-    study_dir: str = dataclasses.field(metadata={"help": "The --output_dir of benchmarks/length_generalization.py."})
+    study_dir: str = dataclasses.field(
+        metadata={"help": "The --output_dir of benchmarks/length_generalization/run.py."}
+    )
     output_dir: str = dataclasses.field(metadata={"help": "Where the runs and the report go."})
     arms: list[str] = dataclasses.field(
         default_factory=lambda: ["shipped", "stratified", "bert", "rotary", "alibi"],
@@ -67,7 +69,7 @@ class ContextExtensionConfig(FlagConfig):
             raise UsageError(f"--length must be a multiple of the study's {lg.TRAIN_LENGTH} tokens.")
         if not os.path.isdir(self.study_dir):
             raise UsageError(
-                f"--study_dir {self.study_dir!r} is not a folder: run benchmarks/length_generalization.py."
+                f"--study_dir {self.study_dir!r} is not a folder: run benchmarks/length_generalization/run.py."
             )
 
     def study(self) -> lg.LengthGeneralizationConfig:
@@ -75,7 +77,7 @@ class ContextExtensionConfig(FlagConfig):
         rate, model settings, evaluation lengths and masks), restricted to these arms and seeds."""
         path = os.path.join(self.study_dir, "results.json")
         if not os.path.isfile(path):
-            raise UsageError(f"{path} does not exist: run benchmarks/length_generalization.py to the end first.")
+            raise UsageError(f"{path} does not exist: run benchmarks/length_generalization/run.py to the end first.")
         with open(path) as handle:
             arguments = json.load(handle)["arguments"]
         fields = {field.name for field in dataclasses.fields(lg.LengthGeneralizationConfig)}
@@ -123,7 +125,9 @@ def extend(config: ContextExtensionConfig, study: lg.LengthGeneralizationConfig,
         return finished
     base = lg.run_folder(study, arm, seed)
     if lg.read_finished(base) is None:
-        raise UsageError(f"{base} is not a finished run of the study: run benchmarks/length_generalization.py first.")
+        raise UsageError(
+            f"{base} is not a finished run of the study: run benchmarks/length_generalization/run.py first."
+        )
     steps = extension_steps(config, study)
     settings = dataclasses.replace(
         lg.arm_settings(study, arm, seed),

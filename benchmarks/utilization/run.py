@@ -1,8 +1,8 @@
 """How close the encoder runs to this machine's limit, in every precision, against BERT of the same shape.
 
-    python benchmarks/utilization.py                    # every cell; writes benchmarks/utilization.md and .json
-    python benchmarks/utilization.py --profile          # also per-op tables of every cell (…-profiles.md)
-    python benchmarks/utilization.py --paths train --precisions bf16 --modes eager --repeats 5   # one cell
+    python -m benchmarks.utilization.run               # every cell; writes benchmarks/utilization/results.md and .json
+    python -m benchmarks.utilization.run --profile     # also per-op tables of every cell (…-profiles.md)
+    python -m benchmarks.utilization.run --paths train --precisions bf16 --modes eager --repeats 5   # one cell
 
 The measure is useful-work model-FLOPs utilisation (MFU): the FLOPs the job needs at the least, over the time it took
 times this machine's GEMM peak in the same precision, measured in the same run. The least FLOPs count the matrix
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-if __package__ in (None, ""):  # `python benchmarks/utilization.py`: the repository root is not on the path
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # a worker, run by path: the repository root is not on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks import timing
 from benchmarks.batches import INFERENCE_BATCHES, mlm_batch
 from benchmarks.machine import cpu_description, git_commit
@@ -260,7 +260,7 @@ def report(args: argparse.Namespace, shape: Shape, peaks: dict[str, float], cell
     import transformers
 
     return {
-        "command": "python benchmarks/utilization.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.utilization.run " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
         "commit": git_commit(),
         "cpu": cpu_description(),
@@ -307,7 +307,9 @@ def profiles(args: argparse.Namespace, shape: Shape) -> str:
     from torch._inductor import config as inductor_config
 
     sections = ["# Where the time goes: per-op tables of every cell", ""]
-    sections.append(f"`python benchmarks/utilization.py {' '.join(sys.argv[1:])}`; {torch.get_num_threads()} threads.")
+    sections.append(
+        f"`python -m benchmarks.utilization.run {' '.join(sys.argv[1:])}`; {torch.get_num_threads()} threads."
+    )
     for path in args.paths:
         for precision in args.precisions:
             for mode in args.modes:
@@ -330,7 +332,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=7, help="Interleaved repetitions per cell (the median).")
     parser.add_argument("--profile", action="store_true", help="Also write per-op tables of every cell.")
     parser.add_argument(
-        "--output", default=None, help="Markdown report (default benchmarks/utilization.md; the JSON beside it)."
+        "--output",
+        default=None,
+        help="Markdown report (default benchmarks/utilization/results.md; the JSON beside it).",
     )
     parser.add_argument("--_worker", nargs=4, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     peaks = {name: gemm_peak(DTYPES[name]) for name in PRECISIONS}
     print(f"GEMM peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s", flush=True)
     record = report(args, shape, peaks, measure(args, shape, peaks))
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)), "utilization.md")
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
     with open(output, "w") as handle:
         handle.write(markdown(record))
     with open(os.path.splitext(output)[0] + ".json", "w") as handle:

@@ -6,7 +6,7 @@ The same model (pre-LN, 2 layers, d=64, 4 heads, no dropout) is trained on rows 
 per step, learning rate and seed; the table gives the training loss every 50 steps. The loss of ignoring order is
 log S.
 
-    python benchmarks/position_toy.py                    # -> benchmarks/position-toy.md, about 2 minutes on 1 thread
+    python -m benchmarks.position_toy.run    # -> benchmarks/position_toy/results.md, about 2 minutes on 1 thread
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 import sinusoidal_encoder as se
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIRST_SYMBOL, MASK, CLS = 4, 3, 1  # ids 0-3 are special in the toy vocabulary
 
 
@@ -73,14 +73,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--every", type=int, default=50)
     parser.add_argument("--learning_rate", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "position-toy.md")
+    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "position_toy" / "results.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     steps = list(range(args.every, args.steps + 1, args.every))
     lines = [
         "# Attention learns position sooner on short sequences",
         "",
-        f"`python benchmarks/position_toy.py` ({args.symbols} symbols counted upwards from a random start; "
+        f"`python -m benchmarks.position_toy.run` ({args.symbols} symbols counted upwards from a random start; "
         f"{args.tokens_per_step} tokens per step; lr {args.learning_rate:g}; seed {args.seed}). Mean training loss "
         f"over each window of {args.every} steps; ignoring order costs log {args.symbols} = "
         f"{math.log(args.symbols):.2f}.",

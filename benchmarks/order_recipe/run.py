@@ -2,14 +2,14 @@
 built-in corpus, each scored by its final evaluation: eval loss, the unigram baseline on the same masked tokens, and
 the order gap (`sinusoidal_encoder_training.evaluation.masked_lm`).
 
-    python benchmarks/order_recipe.py --jobs 2                       # every arm, two at a time, one thread each
-    python benchmarks/order_recipe.py --arms v4k_preln v4k_mask30    # some of them
-    python benchmarks/order_recipe.py --report                       # only rewrite the table from finished arms
+    python -m benchmarks.order_recipe.run --jobs 2                       # every arm, two at a time, one thread each
+    python -m benchmarks.order_recipe.run --arms v4k_preln v4k_mask30    # some of them
+    python -m benchmarks.order_recipe.run --report                       # only rewrite the table from finished arms
 
 Every arm runs in its own process (`OMP_NUM_THREADS=1` by default), checkpoints, and resumes when the command is run
 again; finished arms are not run again. Results go to outputs/order-recipe/<arm>/ and the table to
-benchmarks/order-recipe.md. Arms that name a vocabulary other than the shipped one train that BPE tokenizer first
-(training/train_tokenizer.py, same corpus, same settings but the size).
+benchmarks/order_recipe/results.md. Arms that name a vocabulary other than the shipped one train that BPE tokenizer
+first (training/train_tokenizer.py, same corpus, same settings but the size).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRETRAIN = REPO / "training" / "pretrain.py"
 TRAIN_TOKENIZER = REPO / "training" / "train_tokenizer.py"
 DONE = "order_recipe_done.json"
@@ -166,7 +166,14 @@ def run_arm(name: str, args: argparse.Namespace) -> dict:
     settings = arm_settings(name, args.steps_scale)
     tokenizer = ensure_tokenizer(args.output_dir, settings["vocab"])
     if ARMS[name].get("no_position"):  # pretrain.py through this file, with the encoding switched off
-        argv = [sys.executable, __file__, "--pretrain_without_positions", "--tokenizer_name", str(tokenizer)]
+        argv = [
+            sys.executable,
+            "-m",
+            "benchmarks.order_recipe.run",
+            "--pretrain_without_positions",
+            "--tokenizer_name",
+            str(tokenizer),
+        ]
     else:
         argv = [sys.executable, str(PRETRAIN), "--tokenizer_name", str(tokenizer)]
     for flag, value in settings["flags"].items():
@@ -257,7 +264,7 @@ def write_report(output_dir: Path, path: Path) -> None:
     lines = [
         "# Which recipe makes the model use word order?",
         "",
-        "`python benchmarks/order_recipe.py` (arms of `training/pretrain.py` on the built-in corpus, one thread",
+        "`python -m benchmarks.order_recipe.run` (arms of `training/pretrain.py` on the built-in corpus, one thread",
         "each, two at a time on 2 CPU cores; seed as listed). Order gap: loss on the validation blocks with their",
         "inner tokens permuted minus the loss as written (nats per masked token). Unigram: the training split's token",
         "frequencies on the same masked tokens. Losses of different vocabularies are per token of that vocabulary.",
@@ -285,8 +292,9 @@ def write_report(output_dir: Path, path: Path) -> None:
 
 def pretrain_without_positions(argv: list[str]) -> None:
     """training/pretrain.py's main with the position encoding of the model switched off (the ablation of
-    benchmarks/length_generalization.py); the exported folder does not carry the switch, the metrics are what count."""
-    from benchmarks import length_generalization
+    benchmarks/length_generalization/run.py); the exported folder does not carry the switch, the metrics are what
+    count."""
+    from benchmarks.length_generalization import run as length_generalization
     from sinusoidal_encoder_training.cli.arguments import parse_config
     from sinusoidal_encoder_training.stages import pretraining
 
@@ -307,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps_scale", type=float, default=1.0, help="Multiply every arm's steps by this.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of every arm.")
     parser.add_argument("--output_dir", type=Path, default=REPO / "outputs" / "order-recipe")
-    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "order-recipe.md")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "order_recipe" / "results.md")
     parser.add_argument("--report", action="store_true", help="Only rewrite the table from the finished arms.")
     args = parser.parse_args(argv)
     if not args.report:

@@ -2,15 +2,15 @@
 Runtime fp32 (the project's export) and ONNX Runtime int8 (dynamic quantization of that export), each against
 transformers' BERT of identical shape on the same path, and what each path costs our model in accuracy.
 
-    python -m benchmarks.deployment         # outputs/small-builtin and outputs/library-classifier (scripts/*.sh)
-    python -m benchmarks.deployment --pretrained P --classifier C --repeats 15
-    python -m benchmarks.deployment --repeats 2 --max_eval_passages 32    # a quick look, not a measurement
+    python -m benchmarks.deployment.run         # outputs/small-builtin and outputs/library-classifier (scripts/*.sh)
+    python -m benchmarks.deployment.run --pretrained P --classifier C --repeats 15
+    python -m benchmarks.deployment.run --repeats 2 --max_eval_passages 32    # a quick look, not a measurement
 
 Speed, in tokens/s (a padded batch counts its real tokens only), of the encoder (`--speed_head feature-extraction`,
 the default: AutoModel against BertModel; `fill-mask`: the masked-LM models) on a dense batch of 32 × 128 tokens and
-on 32 sequences of 40–256 tokens right-padded to 256 (about 40% padding), the batches of benchmarks/benchmark.py.
+on 32 sequences of 40–256 tokens right-padded to 256 (about 40% padding), the batches of benchmarks/speed/run.py.
 BERT has our hidden size, layers, heads, FFN size, vocabulary and activation, sdpa attention and random weights, and
-goes through the same export and quantization. As in benchmarks/benchmark.py, each model runs in a worker process
+goes through the same export and quantization. As in benchmarks/speed/run.py, each model runs in a worker process
 of its own and the two are timed alternately (ours, BERT, ours, ...) after warm-up calls; each figure is the median
 of `--repeats`. PyTorch and ONNX Runtime use the same number of intra-op threads: torch's, as the environment sets
 it (OMP_NUM_THREADS).
@@ -25,8 +25,8 @@ int8 is what ONNX Runtime's documentation recommends for transformer models on C
 (activations quantized to uint8 at run time, "U8S8"), per-tensor scales, no reduced range (that is for CPUs
 without VNNI; the report lists the CPU's flags).
 
-Writes a markdown report (default benchmarks/deployment.md) and, beside it, a JSON file with every figure, the
-command line, date, commit, CPU, versions and threads (benchmarks/deployment.json), from which `python
+Writes a markdown report (default benchmarks/deployment/results.md) and, beside it, a JSON file with every figure, the
+command line, date, commit, CPU, versions and threads (benchmarks/deployment/results.json), from which `python
 docs/tables.py` writes the table of docs/deployment.md. Nothing here asserts a time.
 """
 
@@ -65,7 +65,7 @@ from benchmarks.machine import cpu_description, git_commit
 from sinusoidal_encoder_training.publishing.onnx_export import export_onnx
 from sinusoidal_encoder_training.tasks.registry import TASKS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PATHS = ("pytorch-fp32", "pytorch-bf16", "onnxruntime-fp32", "onnxruntime-int8")
 PATH_LABELS = {
     "pytorch-fp32": "PyTorch fp32 (reference)",
@@ -174,13 +174,13 @@ def bert_folder(config, head: str, folder: str) -> str:
 
 class Worker:
     """One model's serving paths in a process of its own, timing one call per request (as in
-    benchmarks/benchmark.py, each model gets its own allocator heap). `load` builds a path on a batch (and drops
+    benchmarks/speed/run.py, each model gets its own allocator heap). `load` builds a path on a batch (and drops
     the previous one); `seconds` times one call of it. Requests are sent and answered separately, so that two
     workers start and load at the same time."""
 
     def __init__(self, spec: dict):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.deployment", "--_worker", json.dumps(spec)],
+            [sys.executable, "-m", "benchmarks.deployment.run", "--_worker", json.dumps(spec)],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -570,8 +570,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--output",
-        default=os.path.join(REPO, "benchmarks", "deployment.md"),
-        help="The markdown report; the JSON record goes beside it (.json). Default: benchmarks/deployment.md.",
+        default=os.path.join(REPO, "benchmarks", "deployment", "results.md"),
+        help="The markdown report; the JSON record goes beside it (.json). Default: benchmarks/deployment/results.md.",
     )
     parser.add_argument("--work_dir", default=None, help="Keep the ONNX files here (default: a temporary folder).")
     parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
@@ -632,7 +632,7 @@ def main(argv: list[str] | None = None) -> dict:
         serve_worker(json.loads(args._worker))
         return {}
     logging.disable_progress_bar()
-    command = "python -m benchmarks.deployment " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.deployment.run " + shlex.join(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory(prefix="deployment-") as temporary:
         work = args.work_dir or temporary
         os.makedirs(work, exist_ok=True)

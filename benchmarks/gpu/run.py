@@ -1,8 +1,8 @@
 """The encoder against BERT of the same shape on one CUDA GPU: bf16 training and inference, eager and compiled.
 
-    python -m benchmarks.gpu --output results/gpu      # every cell; writes gpu-benchmark.md and .json in results/gpu
-    python -m benchmarks.gpu --output results/x --sizes base --paths train --modes eager --repeats 50   # one cell
-    python -m benchmarks.gpu --output results/x --device cpu --sizes tiny --modes eager   # the same code on a CPU
+    python -m benchmarks.gpu.run --output results/gpu   # every cell; writes gpu-benchmark.md and .json in results/gpu
+    python -m benchmarks.gpu.run --output results/x --sizes base --paths train --modes eager --repeats 50   # one cell
+    python -m benchmarks.gpu.run --output results/x --device cpu --sizes tiny --modes eager   # the same code on a CPU
 
 Three paths at the pretraining script's size presets (`base` and `small` by default): a masked-LM training step (256 ×
 128 tokens, BERT's pretraining batch at that length, 15% masked; the forward under `torch.autocast` in bf16 with fp32
@@ -13,11 +13,11 @@ static shapes (inductor's default mode: no CUDA graphs, no autotuning). Eager, o
 tokens only (`unpad_inputs`); a compiled graph takes the padded layout (its shapes cannot depend on the data). Ours is
 the main job's model (pre-LN, no dropout, ReLU, the shipped tokenizer's vocabulary; sparse prediction in training, as
 the pretraining script trains); BERT is `BertForMaskedLM` (training) or `BertModel` without the pooler (inference) with
-sdpa attention and the same dimensions, vocabulary and activation (both built by benchmarks/utilization.py).
+sdpa attention and the same dimensions, vocabulary and activation (both built by benchmarks/utilization/run.py).
 
-The measures are benchmarks/utilization.py's: tokens/s (a padded batch counts its real tokens), the ratio of the two
-models' speeds (BERT's seconds over ours), and useful-work model-FLOPs utilisation (MFU): the least FLOPs of the job
-(the encoder's matrix products on the real tokens only, attention at each sequence's own length, the masked-LM head
+The measures are benchmarks/utilization/run.py's: tokens/s (a padded batch counts its real tokens), the ratio of the
+two models' speeds (BERT's seconds over ours), and useful-work model-FLOPs utilisation (MFU): the least FLOPs of the
+job (the encoder's matrix products on the real tokens only, attention at each sequence's own length, the masked-LM head
 at the masked tokens; a training step is three forwards) over the seconds taken times the bf16 GEMM peak measured in
 the same run (square products of 4096 and 8192 on a GPU). Both models of a cell live in this one process, on the
 device, and are timed alternately (ours, BERT, ours, BERT, ...) after warm-up calls (the first compiles), each timed
@@ -56,11 +56,11 @@ from dataclasses import dataclass
 
 import torch
 
-if __package__ in (None, ""):  # `python benchmarks/gpu.py`: the repository root is not on the path
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # `python benchmarks/gpu/run.py`: the repository root is not on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks.batches import INFERENCE_BATCHES, mlm_batch
 from benchmarks.machine import cpu_description, git_commit
-from benchmarks.utilization import Shape, build_model, main_job_shape, useful_flops
+from benchmarks.utilization.run import Shape, build_model, main_job_shape, useful_flops
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub, and a borrowed GPU machine has no network
 
@@ -115,7 +115,7 @@ def inputs(path: str, vocab_size: int) -> dict[str, torch.Tensor]:
 
 
 def job(path: str, shape: Shape) -> tuple[float, int]:
-    """(useful FLOPs, real tokens) of one call of a path, counted as benchmarks/utilization.py counts them."""
+    """(useful FLOPs, real tokens) of one call of a path, counted as benchmarks/utilization/run.py counts them."""
     batch = inputs(path, shape.vocab_size)
     ids = batch["input_ids"]  # (B, T)
     if path == "train":
@@ -147,7 +147,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def gemm_peak(device: torch.device, sizes: tuple[int, ...], seconds: float) -> float:
-    """The best FLOP/s of square bf16 matrix products on the device, measured now (benchmarks/utilization.py's
+    """The best FLOP/s of square bf16 matrix products on the device, measured now (benchmarks/utilization/run.py's
     `gemm_peak`, the device's queue drained every few products and before each reading of the clock). Each size
     runs a quarter of `seconds` first, untimed (cuBLAS's setup, the clocks ramping up)."""
 
@@ -580,7 +580,7 @@ def render(json_path: str, markdown_path: str | None = None) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.gpu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.gpu.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--output", required=True, help=f"Folder for {JSON_NAME} and {MARKDOWN_NAME} (created).")
     parser.add_argument(
@@ -624,7 +624,7 @@ def new_record(args: argparse.Namespace, argv: list[str], shapes: dict[str, Shap
     import transformers
 
     return {
-        "command": "python -m benchmarks.gpu " + shlex.join(argv),
+        "command": "python -m benchmarks.gpu.run " + shlex.join(argv),
         "date": datetime.date.today().isoformat(),
         "commit": commit(),
         "device": device_description(device),

@@ -1,7 +1,7 @@
 """The learning curve of a pretraining run: eval loss, unigram baseline and order gap against tokens seen, as a
 markdown table and a plot, from the run's metrics.jsonl (the run may still be going, or resumed across sessions).
 
-    python benchmarks/learning_curve.py outputs/learning-curve            # -> benchmarks/learning-curve.{md,png}
+    python -m benchmarks.learning_curve.run outputs/learning-curve    # -> benchmarks/learning_curve/results.{md,png}
 
 The run itself is training/pretrain.py with frequent evaluations and checkpoints; README gives the command.
 """
@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def read_metrics(folder: Path) -> list[dict]:
@@ -68,7 +68,9 @@ def write_table(rows: list[dict], path: Path, command: str | None) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="The output_dir of the pretraining run (its metrics.jsonl).")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "learning-curve", help="Path stem.")
+    parser.add_argument(
+        "--output", type=Path, default=REPO / "benchmarks" / "learning_curve" / "results", help="Path stem."
+    )
     parser.add_argument("--command", default=None, help="The command of the run, quoted in the table.")
     args = parser.parse_args(argv)
     metrics = read_metrics(args.folder)

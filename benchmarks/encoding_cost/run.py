@@ -1,6 +1,6 @@
 """What the sinusoidal encoding costs next to one encoder layer (CPU, the paper's base dimensions).
 
-    python benchmarks/encoding_cost.py
+    python -m benchmarks.encoding_cost.run
 
 Prints the median time of one encoder layer forward and of the encoding for default positions `(1, T)` (what
 every forward without `position_ids` computes) and for explicit `position_ids` of shape `(B, T)`.

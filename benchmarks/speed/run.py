@@ -1,8 +1,8 @@
 """Speed of the sinusoidal encoder against transformers' BERT of identical size, measured side by side in one run.
 
-    python benchmarks/benchmark.py                      # "small" dimensions, writes benchmarks/results-small.md
-    python benchmarks/benchmark.py --size base          # BERT-base dimensions
-    python benchmarks/benchmark.py --compile            # adds torch.compile rows (training: both models compiled)
+    python -m benchmarks.speed.run                      # "small" dimensions, writes benchmarks/speed/results-small.md
+    python -m benchmarks.speed.run --size base          # BERT-base dimensions
+    python -m benchmarks.speed.run --compile            # adds torch.compile rows (training: both models compiled)
 
 Every row is a median over interleaved repetitions (ours, BERT, ours, BERT, ...) on this machine, with the ratio ours
 / BERT. Each model runs in a worker process of its own (its own allocator heap, as in a user's program); the parent
@@ -29,8 +29,8 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 import sinusoidal_encoder as se
 
-if __package__ in (None, ""):  # `python benchmarks/benchmark.py`: the repository root is not on the path
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # a worker, run by path: the repository root is not on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks import timing
 from benchmarks.batches import dense_batch, mlm_batch, padded_batch
 
@@ -347,7 +347,7 @@ def write_report(args, rows, sweep, peak) -> None:
     lines = [
         f"# Benchmark: sinusoidal encoder vs BertForMaskedLM/BertModel, size `{args.size}`",
         "",
-        f"`python benchmarks/benchmark.py --size {args.size}{' --compile' if args.compile else ''}` on "
+        f"`python -m benchmarks.speed.run --size {args.size}{' --compile' if args.compile else ''}` on "
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
         f"medians of {args.repeats} interleaved repetitions; fp32 matmul peak measured in the run: "
         f"{peak / 1e9:.1f} GFLOP/s. Dimensions: {SIZES[args.size]}, vocabulary {VOCAB}, GELU, sdpa attention.",

@@ -1,9 +1,9 @@
 """Load an exported folder with sentence-transformers and check, on a small hand-checked set, that a sentence scores
 higher against its paraphrase than against an unrelated sentence (cosine similarity of mean-pooled embeddings).
 
-    python -m benchmarks.similarity_check outputs/small-builtin
-    python -m benchmarks.similarity_check outputs/small-builtin --results results.jsonl --label "the main job"
-    python -m benchmarks.similarity_check outputs/small-builtin --random_init 0   # the same model, untrained
+    python -m benchmarks.sentence_embeddings.run outputs/small-builtin
+    python -m benchmarks.sentence_embeddings.run outputs/small-builtin --results results.jsonl --label "the main job"
+    python -m benchmarks.sentence_embeddings.run outputs/small-builtin --random_init 0   # the same model, untrained
 
 Every exported folder carries the sentence-transformers files (transformer + mean pooling), so
 `SentenceTransformer(folder)` loads it with no extra code. The set (`sinusoidal_encoder_training.stages.distillation`,

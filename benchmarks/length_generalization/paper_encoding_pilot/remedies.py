@@ -3,7 +3,7 @@ command): its masked-LM loss at 512 and 1024 tokens as trained, with attention w
 (`long_input_attention_window`), and with positions scaled into the trained range. The study measures these itself
 for every arm of the paper's PE from now on; this script measured them on the pilot's run.
 
-    python benchmarks/paper-encoding-pilot/remedies.py
+    python benchmarks/length_generalization/paper_encoding_pilot/remedies.py
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: `benchmarks` importable
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root: `benchmarks` importable
 
 from transformers import AutoTokenizer
 
-import benchmarks.length_generalization as lg
+import benchmarks.length_generalization.run as lg
 
 
 def main() -> dict:

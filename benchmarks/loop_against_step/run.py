@@ -1,9 +1,9 @@
 """The training loop against its bare step: how much of the step's speed the real pretraining loop keeps.
 
-    python -m benchmarks.loop_against_step                            # small, 256 x 128, on the GPU if there is one
-    python -m benchmarks.loop_against_step --size tiny --config_overrides hidden_size=8,intermediate_size=16 \\
+    python -m benchmarks.loop_against_step.run                        # small, 256 x 128, on the GPU if there is one
+    python -m benchmarks.loop_against_step.run --size tiny --config_overrides hidden_size=8,intermediate_size=16 \\
         --steps 20 --output_dir outputs/loop                           # a CPU check at the smallest model
-    python -m benchmarks.loop_against_step --torch_compile --torch_compile_mode reduce-overhead  # CUDA graphs
+    python -m benchmarks.loop_against_step.run --torch_compile --torch_compile_mode reduce-overhead  # CUDA graphs
 
 The loop is `pretraining.pretrain()` itself, in this process: the package's data pipeline (a packed `datasets`
 corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of the device), accelerate, the loop,
@@ -337,7 +337,7 @@ def report(result: dict) -> str:
         "",
         f"{result['date']}, commit {result['commit']}, {result['device']} ({result['cpu'].get('model', 'CPU')}), "
         f"model {model}, batches of {batch} x {length}, {result['steps']} steps, mixed precision "
-        f"{result['mixed_precision']}, {how_compiled(result)} (`python -m benchmarks.loop_against_step`).",
+        f"{result['mixed_precision']}, {how_compiled(result)} (`python -m benchmarks.loop_against_step.run`).",
         "",
         f"| | tokens/s | first {window} steps | {window} steady steps |",
         "|---|---:|---:|---:|",
@@ -397,7 +397,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=typing.get_args(COMPILE_MODES),
         help="The mode of --torch_compile (as the loop's flag): reduce-overhead runs CUDA graphs, for static shapes.",
     )
-    parser.add_argument("--output_dir", default="benchmarks", help="Where loop-against-step.{json,md} are written.")
+    parser.add_argument(
+        "--output_dir", default="benchmarks/loop_against_step", help="Where loop-against-step.{json,md} are written."
+    )
     args = parser.parse_args(argv)
     for name in ("batch_size", "steps", "repeats"):
         if getattr(args, name) < 1:

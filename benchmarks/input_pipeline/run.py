@@ -7,8 +7,8 @@ generator of its own:
 of 16 to 128 tokens padded per batch) the package's way (`data.BatchedRows`, `data.PaddingCollator`) and the per-row
 way (`DataCollatorWithPadding`, as before).
 
-    python -m benchmarks.input_pipeline           # 256 x 128 batches -> benchmarks/input-pipeline.{json,md}
-    python -m benchmarks.input_pipeline --batches 5 --output_dir outputs/pipeline
+    python -m benchmarks.input_pipeline.run   # 256 x 128 batches -> benchmarks/input_pipeline/input-pipeline.{json,md}
+    python -m benchmarks.input_pipeline.run --batches 5 --output_dir outputs/pipeline
 
 The target (issue "Feed the GPU"): at least 5M tokens/s for 256 x 128 masked-LM batches on one core, since a small
 model's training step on an H100-class GPU eats about 3M. The report says met or missed; no test asserts a time.
@@ -186,7 +186,7 @@ def report(result: dict) -> str:
         "",
         f"{result['date']}, commit {result['commit']}, {result['cpu'].get('model', 'CPU')}, one thread, batches of "
         f"{batch} x {length} copied to {result['device']}; medians of {result['repeats']} passes of "
-        f"{result['batches_per_pass']} batches (`python -m benchmarks.input_pipeline`).",
+        f"{result['batches_per_pass']} batches (`python -m benchmarks.input_pipeline.run`).",
         "",
         "| pipeline | tokens/s |",
         "|---|---:|",
@@ -206,7 +206,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch_size", type=int, default=256, help="Rows per batch.")
     parser.add_argument("--length", type=int, default=128, help="Tokens per row.")
     parser.add_argument("--repeats", type=int, default=5, help="Timed passes (after one warm-up pass).")
-    parser.add_argument("--output_dir", default="benchmarks", help="Where input-pipeline.{json,md} are written.")
+    parser.add_argument(
+        "--output_dir", default="benchmarks/input_pipeline", help="Where input-pipeline.{json,md} are written."
+    )
     args = parser.parse_args(argv)
     for name in ("batches", "batch_size", "length", "repeats"):
         if getattr(args, name) < 1:

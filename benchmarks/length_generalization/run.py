@@ -1,6 +1,6 @@
 """Every way of giving positions at an equal budget, at the training length and past it.
 
-    python -m benchmarks.length_generalization --output_dir outputs/length-generalization
+    python -m benchmarks.length_generalization.run --output_dir outputs/length-generalization
 
 Pretrains each arm on the built-in offline corpus with the shipped tokenizer, the "small" dimensions and training
 length 128, with the main job's recipe (scripts/pretrain.sh: pre-LN, no dropout, learning rate 2e-3, the
@@ -847,12 +847,12 @@ def publish_folder(
             f"Masked language modelling, {run['steps']:,} steps, {run['tokens_seen']:,} tokens, blocks of "
             f"{TRAIN_LENGTH} tokens, `max_position_offset={model.config.max_position_offset}` (each training "
             f"sequence starts at a random position), lr {config.learning_rate:g}, seed {seed}; trained by "
-            "`benchmarks/length_generalization.py` of sinusoidal-encoder."
+            "`benchmarks/length_generalization/run.py` of sinusoidal-encoder."
         ),
         metrics={"loss": run["validation_loss"], "perplexity": perplexity(run["validation_loss"])},
         pictures=pictures,
         extra_sections={
-            "Past the training length": "Measured by `benchmarks/length_generalization.py` of sinusoidal-encoder: "
+            "Past the training length": "Measured by `benchmarks/length_generalization/run.py` of sinusoidal-encoder: "
             "arms of identical size, data, masks, steps and optimiser, evaluated on the same held-out text at several "
             "lengths.\n\n" + tables + f"\n![Loss against evaluation length]({os.path.basename(picture)})\n"
         },
