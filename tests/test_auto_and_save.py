@@ -17,14 +17,7 @@ from conftest import random_ids, tiny_config
 
 import sinusoidal_encoder as se
 
-HEADS = {
-    "AutoModel": se.SinusoidalEncoderModel,
-    "AutoModelForMaskedLM": se.SinusoidalEncoderForMaskedLM,
-    "AutoModelForSequenceClassification": se.SinusoidalEncoderForSequenceClassification,
-    "AutoModelForTokenClassification": se.SinusoidalEncoderForTokenClassification,
-    "AutoModelForQuestionAnswering": se.SinusoidalEncoderForQuestionAnswering,
-    "AutoModelForMultipleChoice": se.SinusoidalEncoderForMultipleChoice,
-}
+HEADS = {auto_class.__name__: model_class for auto_class, model_class in se.AUTO_CLASSES.items()}  # AUTO_MAP's
 
 
 # The model package's code: every file is copied into every saved folder (transformers follows the relative imports
@@ -46,10 +39,13 @@ def imported_modules(code: str) -> tuple[set[str], set[str]]:
 
 
 def head_inputs(auto_name: str) -> dict[str, torch.Tensor]:
-    if auto_name == "AutoModelForMultipleChoice":
-        ids = random_ids(6, 9).view(2, 3, 9)
-    else:
-        ids = random_ids(2, 9)
+    """Inputs of the shape the task of `auto_name` takes (its `input_axes` in the task table: 3 choices where it has
+    them), with some right padding."""
+    from sinusoidal_encoder_training.tasks.registry import TASKS
+
+    axes = next(task.input_axes for task in TASKS.values() if task.auto_class == auto_name)
+    shape = [9 if axis == "sequence" else 3 if axis == "choices" else 2 for axis in axes]
+    ids = random_ids(torch.Size(shape[:-1]).numel(), 9).view(shape)
     mask = torch.ones_like(ids)
     mask[..., -2:] = 0  # some right padding
     return {"input_ids": ids, "attention_mask": mask}
@@ -100,7 +96,7 @@ def test_auto_config_knows_the_model_type(tmp_path):
 @pytest.mark.parametrize("auto_name", list(HEADS))
 @pytest.mark.parametrize("variant", ["plain", "sharded", "bf16"])
 def test_round_trip_through_auto_class(tmp_path, auto_name, variant):
-    auto_class = getattr(transformers, auto_name)
+    auto_class = se.auto_class(auto_name)  # transformers' own, or the package's for a head transformers lacks
     model = auto_class.from_config(head_config())
     assert type(model) is HEADS[auto_name]
     save_kwargs = {}
@@ -159,7 +155,14 @@ HUB_LOADER = textwrap.dedent(
     jobs = torch.load(inputs_path)
     results = {}
     for auto_name, inputs in jobs.items():
-        model = getattr(transformers, auto_name).from_pretrained(f"{folder}/{auto_name}", trust_remote_code=True)
+        if hasattr(transformers, auto_name):
+            model = getattr(transformers, auto_name).from_pretrained(f"{folder}/{auto_name}", trust_remote_code=True)
+        else:  # an Auto class of the package's own: the class the folder's auto_map names, as the card loads it
+            from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+            config = transformers.AutoConfig.from_pretrained(f"{folder}/{auto_name}", trust_remote_code=True)
+            model_class = get_class_from_dynamic_module(config.auto_map[auto_name], config.name_or_path)
+            model = model_class.from_pretrained(f"{folder}/{auto_name}")
         assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
         # every code file of the folder ran from the folder's copy
         loaded = {name.rpartition(".")[2] for name in sys.modules if name.startswith("transformers_modules.")}
@@ -178,6 +181,30 @@ HUB_LOADER = textwrap.dedent(
     torch.save(results, out_path)
     """
 )
+
+
+@pytest.mark.parametrize("auto_name", sorted(se.OWN_AUTO_CLASSES))
+def test_an_auto_class_of_the_package_resolves_a_folder_by_its_table_and_by_auto_map(tmp_path, auto_name):
+    """A head transformers has no Auto class for loads through the package's own (made from its `AUTO_MAP` line):
+    to the package's class where it is registered, and to the folder's own code (config.json's `auto_map`) with
+    `trust_remote_code=True` through an Auto class of that name that nothing was registered with."""
+    assert not hasattr(transformers, auto_name) and getattr(se, auto_name) is se.auto_class(auto_name)
+    model = se.auto_class(auto_name).from_config(head_config()).eval()
+    assert type(model) is HEADS[auto_name]
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"][auto_name] == (
+        f"modeling_sinusoidal_encoder.{HEADS[auto_name].__name__}"
+    )
+    loaded = se.auto_class(auto_name).from_pretrained(tmp_path)
+    assert type(loaded) is HEADS[auto_name]
+    unregistered = se._own_auto_class(auto_name)
+    with pytest.raises(ValueError):
+        unregistered.from_pretrained(tmp_path)  # remote code only when trusted
+    remote = unregistered.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert type(remote).__name__ == HEADS[auto_name].__name__ and type(remote).__module__.startswith("transformers_")
+    inputs = head_inputs(auto_name)
+    for other in (loaded.eval(), remote):
+        torch.testing.assert_close(outputs_of(other, inputs), outputs_of(model, inputs), rtol=0, atol=0)
 
 
 @pytest.mark.slow

@@ -247,7 +247,7 @@ def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, p
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
     from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator
-    from sinusoidal_encoder_training.tasks.classification import encode
+    from sinusoidal_encoder_training.tasks.classification.recipe import encode
 
     words = "the function returns a new list of the items in the given order".split()
     texts = [" ".join(words[: 3 + (5 * i) % 11]) for i in range(12)]

@@ -3,8 +3,9 @@ followed to where they act: a new position mode reaches the embeddings through `
 new way positions enter attention reaches every attention path, and the model card with its own description, through
 its entry of `positions.POSITION_ENCODINGS` alone; a new
 field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
-`eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class and its entry of
-`tasks.TASKS`) is shown by the heads fine-tuning gained that way: tests/test_finetuning_tasks.py."""
+`eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class, its `AUTO_MAP`
+line and its task package) is shown by span classification, added that way, and the tests that run over the task
+table and `AUTO_MAP`: tests/test_finetuning_tasks.py, test_auto_and_save.py, test_onnx.py."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from sinusoidal_encoder_training.evaluation.metrics import (
 )
 from sinusoidal_encoder_training.publishing import export
 from sinusoidal_encoder_training.stages import finetuning
-from sinusoidal_encoder_training.tasks import classification
+from sinusoidal_encoder_training.tasks.classification import recipe as classification
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
 

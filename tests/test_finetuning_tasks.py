@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import datasets
@@ -14,14 +15,16 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO
-from transformers import AutoModelForMultipleChoice, AutoModelForQuestionAnswering
+from transformers import AutoConfig
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.configs import FinetuningConfig, TaskDataConfig
+from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.stages import finetuning
-from sinusoidal_encoder_training.tasks import multiple_choice, question_answering
-from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, reading
+from sinusoidal_encoder_training.tasks import registry
+from sinusoidal_encoder_training.tasks.multiple_choice import recipe as multiple_choice
+from sinusoidal_encoder_training.tasks.question_answering import recipe as question_answering
+from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, auto_class_of, reading
 
 EXAMPLES = REPO / "docs" / "examples"
 
@@ -124,17 +127,23 @@ def test_the_choices_of_a_row_are_its_context_paired_with_each_ending(tokenizer)
     assert rows[0]["sent1"] in text and rows[0]["ending2"] in text
 
 
+METRICS = {  # what each task's evaluation reports besides its loss: a fine-tuned task missing here fails below
+    "text-classification": {"eval_accuracy", "eval_macro_f1"},
+    "token-classification": {"eval_precision", "eval_recall", "eval_f1"},
+    "question-answering": {"eval_exact_match", "eval_f1"},
+    "multiple-choice": {"eval_accuracy"},
+    "span-classification": {"eval_precision", "eval_recall", "eval_f1"},
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("task", "files", "auto_class", "metrics"),
-    [
-        ("question-answering", "question_answering", AutoModelForQuestionAnswering, {"eval_exact_match", "eval_f1"}),
-        ("multiple-choice", "multiple_choice", AutoModelForMultipleChoice, {"eval_accuracy"}),
-    ],
-)
-def test_fine_tuning_on_the_shipped_examples_exports_a_folder_of_the_task(
-    tmp_path, pretrained, task, files, auto_class, metrics
-):
+@pytest.mark.parametrize("task", FINETUNED)
+def test_fine_tuning_on_the_shipped_examples_exports_a_folder_of_the_task(tmp_path, pretrained, task):
+    """Every fine-tuned task of the table on its shipped example files (docs/examples/TASK.jsonl): a folder that
+    loads with the task's Auto class (transformers' or the model package's own), gives what the trained model
+    gave, and whose card names the task and loads it."""
+    files = task.replace("-", "_")
+    entry = TASKS[task]
     config = finetuning.FinetuningConfig(
         task=task,
         model_name_or_path=pretrained,
@@ -145,31 +154,116 @@ def test_fine_tuning_on_the_shipped_examples_exports_a_folder_of_the_task(
         per_device_train_batch_size=8,
         per_device_eval_batch_size=3,  # the last evaluation batch is partial
         max_length=32,
-        **({"doc_stride": 8} if task == "question-answering" else {}),
+        **({"doc_stride": 8} if "doc_stride" in entry.flag_names else {}),
     )
     result = finetuning.finetune(config)
     finetuning.export(config, result)
-    assert metrics | {"eval_loss"} <= set(result.metrics) and np.isfinite(result.metrics["eval_loss"])
+    assert METRICS[task] | {"eval_loss"} <= set(result.metrics) and np.isfinite(result.metrics["eval_loss"])
     out = Path(config.output_dir)
+    auto_class = auto_class_of(task)
     model = auto_class.from_pretrained(out)
-    assert type(model).__name__ == f"SinusoidalEncoder{auto_class.__name__.removeprefix('AutoModel')}"
+    assert type(model).__name__ == f"SinusoidalEncoder{entry.head}"
     saved = json.loads((out / "config.json").read_text())
-    assert saved["architectures"] == [type(model).__name__]
+    assert saved["architectures"] == [type(model).__name__] and saved["auto_map"][entry.auto_class]
     card = (out / "README.md").read_text()
     assert f"pipeline_tag: {task}" in card and f"{auto_class.__name__}.from_pretrained" in card
     assert json.loads((out / "eval_results.json").read_text())["eval_loss"] == result.metrics["eval_loss"]
     with torch.no_grad():  # the saved head gives what the trained one gave
         trained = result.accelerator.unwrap_model(result.model).eval()
-        ids = torch.randint(5, 100, (2, 4, 12) if task == "multiple-choice" else (2, 12))
+        shape = [12 if axis == "sequence" else 4 if axis == "choices" else 2 for axis in entry.input_axes]
+        ids = torch.randint(5, 100, shape)
         expected, got = trained(input_ids=ids), model.eval()(input_ids=ids)
-        key = "logits" if task == "multiple-choice" else "start_logits"
-        torch.testing.assert_close(got[key], expected[key])
+        for key in entry.outputs:
+            torch.testing.assert_close(got[key], expected[key])
 
 
-TASK_FLAGS = {  # a value other than the default for each task-data flag only some tasks read
-    field.name: {"text_pair_column_name": "b", "problem_type": "regression", "doc_stride": 8}[field.name]
-    for field in dataclasses.fields(TaskDataConfig)
-    if field.metadata.get("task_flag")
+def span_rows(name: str = "span_classification.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (EXAMPLES / name).read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("change", "settings", "message"),
+    [
+        (lambda row: {**row, "spans": [{"start": 3, "end": 2, "label": "PER"}]}, {}, r"row 1: 'spans' holds"),
+        (lambda row: {**row, "spans": [{"start": 0, "end": 4}]}, {}, r"0 <= start < end <= \d+ .* and a label"),
+        (lambda row: {"sentence": row["text"], "spans": row["spans"]}, {}, "no column 'text'.*--text_column_name"),
+        (lambda row: row, {"label_column_name": "entities"}, "no column 'entities'.*--label_column_name"),
+        (lambda row: {**row, "text": None}, {}, "'text' is None, not text"),
+        (
+            lambda row: row,
+            {"max_span_width": 1},
+            r"'Ada Lovelace' \(PER\) is \d+ tokens, more than --max_span_width 1: raise",
+        ),
+    ],
+)
+def test_span_data_of_another_shape_is_refused_in_one_line(tokenizer, pretrained, change, settings, message):
+    from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
+
+    rows = [change(row) for row in span_rows()[:3]]
+    raw = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "validation": datasets.Dataset.from_list(rows)}
+    )
+    train = str(EXAMPLES / "span_classification.jsonl")
+    config = FinetuningConfig(
+        task="span-classification", model_name_or_path=pretrained, output_dir="o", train_file=train, **settings
+    )
+    with pytest.raises(UsageError, match=message):
+        span_classification.prepare(config, raw, tokenizer, AutoConfig.for_model("sinusoidal_encoder"))
+
+
+def test_the_labels_of_a_batch_mark_each_span_of_the_text_and_nothing_else(tokenizer, pretrained):
+    """The collator's labels: 1 at each labelled span's (first token, width, label), 0 at every other span within
+    the text's tokens (nested spans both kept), -100 for spans touching a special token or padding, on either
+    padding side."""
+    from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
+
+    rows = span_rows()[:2]  # the second: "University of Manchester" (ORG) holds "Manchester" (LOC)
+    raw = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "validation": datasets.Dataset.from_list(rows)}
+    )
+    train = str(EXAMPLES / "span_classification.jsonl")
+    config = FinetuningConfig(
+        task="span-classification", model_name_or_path=pretrained, output_dir="o", train_file=train
+    )
+    encoded, cut = span_classification.encode(raw, tokenizer, config, ("text", "spans"), ["LOC", "ORG", "PER"])
+    assert cut == {}
+    for side in ("right", "left"):
+        tokenizer.padding_side = side
+        collate = span_classification.SpanCollator(tokenizer, config.max_span_width, 3)
+        batch = collate(list(encoded["train"]))
+        labels = batch["labels"]  # (2, T, W, 3)
+        for row, example in enumerate(rows):
+            ids = batch["input_ids"][row][batch["attention_mask"][row].bool()].tolist()
+            shift = labels.shape[1] - len(ids) if side == "left" else 0
+            marked = {tuple(index) for index in (labels[row] == 1).nonzero().tolist()}
+            names = {(tokenizer.decode(ids[s - shift : s - shift + w + 1]).strip(), label) for s, w, label in marked}
+            text = {
+                (example["text"][sp["start"] : sp["end"]], ["LOC", "ORG", "PER"].index(sp["label"]))
+                for sp in example["spans"]
+            }
+            assert names == text
+            candidates = labels[row, ..., 0] != -100  # (T, W)
+            first, last = shift + 1, shift + len(ids) - 2  # the text's tokens: all but [CLS] and [SEP]
+            starts, widths = candidates.nonzero().T
+            assert starts.min() == first and (starts + widths).max() == last
+            assert candidates.sum() == sum(min(8, last - start + 1) for start in range(first, last + 1))
+    tokenizer.padding_side = "right"
+
+
+def other_value(flags: type, field: dataclasses.Field):
+    """A value of a task-data flag other than its default: the first other choice of a `Literal`, the next number,
+    a column name."""
+    hint = typing.get_type_hints(flags)[field.name]
+    choices = [
+        arg for part in typing.get_args(hint) or (hint,) for arg in typing.get_args(part) if isinstance(arg, str)
+    ]
+    if choices:
+        return next(choice for choice in choices if choice != field.default)
+    return field.default + 1 if isinstance(field.default, int) else "b"
+
+
+TASK_FLAGS = {  # every task-data flag only some tasks read, from the task table, and a value other than its default
+    field.name: other_value(flags, field) for flags in registry.TASK_FLAGS for field in dataclasses.fields(flags)
 }
 
 
@@ -182,7 +276,7 @@ def test_a_task_flag_is_refused_by_the_tasks_that_do_not_read_it(task, flag, pre
     settings = dict(
         task=task, model_name_or_path=pretrained, output_dir=str(tmp_path), train_file=str(EXAMPLES / f"{name}.jsonl")
     )
-    if flag in TASKS[task].flags:
+    if flag in TASKS[task].flag_names:
         FinetuningConfig(**settings, **{flag: TASK_FLAGS[flag]})
         return
     with pytest.raises(UsageError, match=rf"^--{flag} is for {' and '.join(reading(flag))}, not {task}\.$"):

@@ -19,7 +19,7 @@ from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
 from sinusoidal_encoder_training.runs.metrics_log import METRICS_FILE, strict_json
 from sinusoidal_encoder_training.stages import finetuning, pretraining
-from sinusoidal_encoder_training.tasks import classification
+from sinusoidal_encoder_training.tasks.classification import recipe as classification
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
 

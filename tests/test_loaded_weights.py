@@ -19,7 +19,7 @@ import sinusoidal_encoder as se
 from sinusoidal_encoder_training.cli import command_line
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.stages import finetuning
-from sinusoidal_encoder_training.tasks import classification
+from sinusoidal_encoder_training.tasks.classification import recipe as classification
 from sinusoidal_encoder_training.tasks.registry import TASKS
 
 ENCODER_WEIGHT = "model.encoder.layers.0.attention.qkv.weight"

@@ -20,22 +20,18 @@ import sinusoidal_encoder as se  # noqa: E402
 from sinusoidal_encoder_training.cli.command_line import UsageError  # noqa: E402
 from sinusoidal_encoder_training.publishing import onnx_export  # noqa: E402
 from sinusoidal_encoder_training.runs.atomic import is_temporary  # noqa: E402
-from sinusoidal_encoder_training.tasks.registry import TASKS  # noqa: E402
+from sinusoidal_encoder_training.tasks.registry import EXPORTED, TASKS  # noqa: E402
 
 
-@pytest.mark.parametrize(
-    ("task", "model_class"),
-    [
-        ("fill-mask", se.SinusoidalEncoderForMaskedLM),
-        ("feature-extraction", se.SinusoidalEncoderModel),
-        ("text-classification", se.SinusoidalEncoderForSequenceClassification),
-        ("token-classification", se.SinusoidalEncoderForTokenClassification),
-        ("question-answering", se.SinusoidalEncoderForQuestionAnswering),
-        ("multiple-choice", se.SinusoidalEncoderForMultipleChoice),
-    ],
-)
+def model_class_of(task: str) -> type:
+    """The model class of a task of the table: the class its head names."""
+    return getattr(se, f"SinusoidalEncoder{TASKS[task].head}")
+
+
+@pytest.mark.parametrize("task", EXPORTED)
 @pytest.mark.slow
-def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, model_class):
+def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task):
+    model_class = model_class_of(task)
     model_class(tiny_config(max_position_embeddings=16, hidden_act="gelu")).save_pretrained(tmp_path / "model")
     command = [sys.executable, str(REPO / "training" / "export_onnx.py"), str(tmp_path / "model"), "--task", task]
     proc = subprocess.run([*command, "--no_check"], capture_output=True, text=True, timeout=600, env=env())
@@ -101,16 +97,10 @@ def exports(monkeypatch):
 @pytest.mark.parametrize(
     ("model_class", "argv", "exported"),
     [
-        (se.SinusoidalEncoderForMaskedLM, [], ("SinusoidalEncoderForMaskedLM", "logits")),
-        (se.SinusoidalEncoderForSequenceClassification, [], ("SinusoidalEncoderForSequenceClassification", "logits")),
-        (se.SinusoidalEncoderForTokenClassification, [], ("SinusoidalEncoderForTokenClassification", "logits")),
-        (se.SinusoidalEncoderModel, [], ("SinusoidalEncoderModel", "last_hidden_state")),
-        (
-            se.SinusoidalEncoderForQuestionAnswering,
-            [],
-            ("SinusoidalEncoderForQuestionAnswering", "start_logits,end_logits"),
+        *(
+            (model_class_of(task), [], (model_class_of(task).__name__, ",".join(TASKS[task].outputs)))
+            for task in EXPORTED
         ),
-        (se.SinusoidalEncoderForMultipleChoice, [], ("SinusoidalEncoderForMultipleChoice", "logits")),
         # the encoder is trained in every folder: feature-extraction from a classifier is fine
         (
             se.SinusoidalEncoderForSequenceClassification,
@@ -118,7 +108,7 @@ def exports(monkeypatch):
             ("SinusoidalEncoderModel", "last_hidden_state"),
         ),
     ],
-    ids=["masked-lm", "sequence-classifier", "token-classifier", "encoder", "qa", "multiple-choice", "classifier-fe"],
+    ids=[*EXPORTED, "classifier-fe"],
 )
 def test_export_takes_the_folders_own_head_by_default(
     tmp_path, monkeypatch, capsys, exports, model_class, argv, exported

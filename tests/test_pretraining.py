@@ -120,7 +120,7 @@ def test_the_counts_of_a_batch_stay_on_its_device(task_name):
     """The loss units and the tokens of a batch are scalars on the batch's device (the training loop stacks them
     there): a batch on the meta device stands in for one on a GPU, where a CPU count stopped the first step."""
     from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
-    from sinusoidal_encoder_training.tasks.classification import ClassificationTask
+    from sinusoidal_encoder_training.tasks.classification.recipe import ClassificationTask
 
     if task_name == "masked-lm":
         task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
@@ -139,22 +139,38 @@ def test_the_counts_of_a_batch_stay_on_its_device(task_name):
 
 @pytest.mark.parametrize(
     "problem",
-    ["masked-lm", "token_classification", "single_label_classification", "multi_label_classification", "regression"],
+    [
+        "masked-lm",
+        "token_classification",
+        "single_label_classification",
+        "multi_label_classification",
+        "regression",
+        "span_classification",
+    ],
 )
 def test_the_loss_units_of_the_tasks_are_those_the_heads_divide_by(problem):
     """One loss convention: every head's loss is its sum over the batch's units divided by `num_items_in_batch`, or
     by its own count of units without it; the training library counts the same units (`loss_units`), so that the
     loss it asks for with `num_items_in_batch=loss_units(batch)` is the head's own mean."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.stages.finetuning import model_inputs
     from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
-    from sinusoidal_encoder_training.tasks.classification import ClassificationTask
+    from sinusoidal_encoder_training.tasks.classification.recipe import ClassificationTask
+    from sinusoidal_encoder_training.tasks.recipes import model_inputs
 
     ids = torch.randint(1, VOCAB_SIZE, (3, 10), generator=torch.Generator().manual_seed(0))
     if problem == "masked-lm":
         model = se.SinusoidalEncoderForMaskedLM(tiny_config(sparse_prediction=True)).eval()
         task = MaskedLMTask(torch.Generator(), None, 0, torch.zeros(VOCAB_SIZE, dtype=torch.float64))
         batch = masked_batch()
+    elif problem == "span_classification":
+        from sinusoidal_encoder_training.tasks.span_classification.recipe import SpanClassificationTask
+
+        model = se.SinusoidalEncoderForSpanClassification(tiny_config(num_labels=3)).eval()
+        task = SpanClassificationTask(0, torch.Generator())
+        labels = torch.zeros(3, 10, 8, 3)
+        labels[:, 0] = labels[:, 7:] = -100  # spans on the first token or running past the text: no candidates
+        labels[0, 2, 1, 0] = labels[1, 4, 0, 2] = 1.0
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
     else:
         labels = {
             "token_classification": torch.tensor([[-100, 1, 0, 2, -100, 1, 1, 0, 2, -100]] * 3),

@@ -82,11 +82,8 @@ def test_an_empty_sequence_is_refused_by_name(field):
 # outputs, gradient checkpointing, eager/sdpa/flash (test_model.py); torch.compile (test_compile.py); ONNX
 # (test_onnx.py); mismatched label counts through fine-tuning (test_finetuning.py). Not applicable: head masking and
 # TorchScript tracing with `config.torchscript`, which transformers 5 dropped for BERT too (torch.export instead).
-HEAD_CLASSES = [
-    se.SinusoidalEncoderForMaskedLM,
-    se.SinusoidalEncoderForSequenceClassification,
-    se.SinusoidalEncoderForTokenClassification,
-    se.SinusoidalEncoderForQuestionAnswering,
+HEAD_CLASSES = [  # every head of AUTO_MAP (its model classes but the bare encoder)
+    model_class for model_class in se.AUTO_CLASSES.values() if model_class is not se.SinusoidalEncoderModel
 ]
 
 

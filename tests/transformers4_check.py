@@ -13,7 +13,8 @@ import sys
 
 import torch
 import transformers
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 
 def main(root: str) -> None:
@@ -24,8 +25,13 @@ def main(root: str) -> None:
         "models": {},
     }
     for name, entry in reference["models"].items():
-        auto_class = getattr(transformers, entry["auto_class"])
-        model = auto_class.from_pretrained(f"{root}/{name}", trust_remote_code=True).eval()
+        if hasattr(transformers, entry["auto_class"]):
+            auto_class = getattr(transformers, entry["auto_class"])
+            model = auto_class.from_pretrained(f"{root}/{name}", trust_remote_code=True).eval()
+        else:  # an Auto class of the package's own: the class the folder's auto_map names, as the card loads it
+            config = AutoConfig.from_pretrained(f"{root}/{name}", trust_remote_code=True)
+            model_class = get_class_from_dynamic_module(config.auto_map[entry["auto_class"]], config.name_or_path)
+            model = model_class.from_pretrained(f"{root}/{name}").eval()
         with torch.no_grad():
             outputs = model(**entry["inputs"])
         report["models"][name] = {

@@ -20,6 +20,7 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_sinusoidal_encoder.SinusoidalEncoderForTokenClassification",
     "AutoModelForQuestionAnswering": "modeling_sinusoidal_encoder.SinusoidalEncoderForQuestionAnswering",
     "AutoModelForMultipleChoice": "modeling_sinusoidal_encoder.SinusoidalEncoderForMultipleChoice",
+    "AutoModelForSpanClassification": "modeling_sinusoidal_encoder.SinusoidalEncoderForSpanClassification",
 }
 
 _ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh", "quick_gelu", "mish")

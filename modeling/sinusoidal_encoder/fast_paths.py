@@ -24,10 +24,13 @@ from functools import partial
 from itertools import pairwise
 
 import torch
+import transformers
 from torch import nn
 from torch.nn import functional as F
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
+from .configuration_sinusoidal_encoder import AUTO_MAP
 from .positions import AttentionPositions, Positions
 
 try:  # transformers >= 4.58
@@ -336,3 +339,15 @@ def align_loaded_tensors(model: nn.Module) -> None:
         for tensor in (*model.parameters(), *model.buffers()):
             if tensor.device.type == "cpu" and tensor.data_ptr() % 64:
                 tensor.data = tensor.data.clone()
+
+
+def register_for_auto_class(cls, auto_class: str | type = "AutoModel") -> None:
+    """`PreTrainedModel.register_for_auto_class`, which takes only transformers' Auto classes, also for an
+    `AUTO_MAP` name transformers has none for (a head of this package alone, such as
+    `AutoModelForSpanClassification`): the name is the `auto_map` key `save_pretrained` writes for the class.
+    transformers calls it on a model class it loads from a folder's code with `trust_remote_code=True`."""
+    name = auto_class if isinstance(auto_class, str) else auto_class.__name__
+    if name in AUTO_MAP and not hasattr(transformers, name):
+        cls._auto_class = name
+    else:
+        PreTrainedModel.register_for_auto_class.__func__(cls, auto_class)

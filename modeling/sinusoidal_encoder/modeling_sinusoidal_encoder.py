@@ -8,11 +8,11 @@ so it is exact in every dtype, defined at every position (no length cap), and ca
 overwritten when transformers builds a model on the meta device and loads weights into it.
 
 This file is the architecture, top to bottom: embeddings, attention, feed-forward, layer, stack, pooler and LM head,
-the base model, the loss helpers, the heads. Its siblings hold the rest, each function named where it is used:
-`positions.py` which positions tokens get and how they enter the model, `fast_paths.py` the machine-specific fast
-paths and the code for transformers' attention implementations and older releases, `inputs.py` the checks of what a
-forward pass is given. All of them are copied as-is into Hub repositories: they import only the standard library,
-torch, public transformers API and each other.
+the base model, the heads. Its siblings hold the rest, each function named where it is used: `positions.py` which
+positions tokens get and how they enter the model, `fast_paths.py` the machine-specific fast paths and the code for
+transformers' attention implementations and older releases, `inputs.py` the checks of what a forward pass is given,
+`losses.py` the heads' losses. All of them are copied as-is into Hub repositories: they import only the standard
+library, torch, public transformers API and each other.
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ from .fast_paths import (
     check_flash_takes,
     forward_unpadded,
     packed_attention,
+    register_for_auto_class,
     restrict_to_window,
     runs_unpadded,
     written_out_is_faster,
 )
 from .inputs import check_inputs, require_one_of, selected_hidden_states
+from .losses import answer_span_loss, classification_loss, masked_lm_loss, multi_label_loss, sequence_problem_type
 from .positions import (
     adds_to_embeddings,
     attention_positions,
@@ -358,6 +360,7 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
+    register_for_auto_class = classmethod(register_for_auto_class)  # an Auto class of this package's own too
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -514,59 +517,6 @@ class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
         return self._returned(outputs, return_dict)
 
 
-def _mean(loss_sum: torch.Tensor, count: int | torch.Tensor, num_items_in_batch: int | torch.Tensor | None):
-    """A loss summed over items, divided by the items of this batch, or by `num_items_in_batch` when the caller
-    (transformers' Trainer under gradient accumulation) counts them over several batches."""
-    if num_items_in_batch is not None:
-        return loss_sum / num_items_in_batch
-    return loss_sum / count
-
-
-def _classification_losses(problem_type: str, logits: torch.Tensor, labels: torch.Tensor):
-    """Loss sums and loss units per example, `(B,)` and `(B,)`, for the problem types of the heads:
-    "single_label_classification" (cross-entropy; one unit), "multi_label_classification" (BCE with logits; one unit
-    per label), "regression" (squared error; one unit per output), "token_classification" (cross-entropy per token;
-    one unit per labelled token, -100 ignored). A head's `loss` is the sum over its batch divided by the units."""
-    logits = logits.float()
-    batch = labels.shape[0]
-    if problem_type == "token_classification":
-        losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=-100, reduction="none")  # (B, T)
-        return losses.sum(dim=1), (labels != -100).sum(dim=1)
-    if problem_type == "single_label_classification":
-        losses = F.cross_entropy(logits.reshape(batch, -1), labels.reshape(-1), reduction="none")  # (B,)
-        return losses, torch.ones_like(losses)
-    if problem_type == "regression":
-        errors = F.mse_loss(logits.reshape(batch, -1), labels.reshape(batch, -1).float(), reduction="none")  # (B, L)
-    elif problem_type == "multi_label_classification":
-        errors = F.binary_cross_entropy_with_logits(logits, labels.float(), reduction="none")  # (B, L)
-    else:
-        raise ValueError(f"Unknown `problem_type` {problem_type!r}.")
-    return errors.sum(dim=1), torch.full_like(errors[:, 0], errors.shape[1])
-
-
-def _sequence_problem_type(config: SinusoidalEncoderConfig, num_labels: int, labels: torch.Tensor) -> str:
-    """`config.problem_type`, inferred as BERT does when unset (and then stored in the config, as BERT does):
-    regression for one label, single-label for integer labels, multi-label otherwise."""
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    return config.problem_type
-
-
-def _classification_loss(
-    problem_type: str,
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    num_items_in_batch: int | torch.Tensor | None = None,
-) -> torch.Tensor:
-    loss_sums, units = _classification_losses(problem_type, logits, labels)
-    return _mean(loss_sums.sum(), units.sum(), num_items_in_batch)
-
-
 def _classifier_dropout(config: SinusoidalEncoderConfig) -> float:
     return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
@@ -612,12 +562,7 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
             keep = labels != -100  # (B, T)
             hidden_states, labels = hidden_states[keep], labels[keep]  # (N, d), (N,)
         logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
-        loss = None
-        if labels is not None:
-            loss_sum = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100, reduction="sum"
-            )
-            loss = _mean(loss_sum, (labels != -100).sum(), num_items_in_batch)
+        loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -658,8 +603,8 @@ class SinusoidalEncoderForSequenceClassification(SinusoidalEncoderPreTrainedMode
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         loss = None
         if labels is not None:
-            problem_type = _sequence_problem_type(self.config, self.num_labels, labels)
-            loss = _classification_loss(problem_type, logits, labels, num_items_in_batch)
+            problem_type = sequence_problem_type(self.config, self.num_labels, labels)
+            loss = classification_loss(problem_type, logits, labels, num_items_in_batch)
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -697,7 +642,7 @@ class SinusoidalEncoderForTokenClassification(SinusoidalEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            loss = _classification_loss("token_classification", logits, labels, num_items_in_batch)
+            loss = classification_loss("token_classification", logits, labels, num_items_in_batch)
         output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -737,14 +682,7 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))  # 2 × (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
-            ignored = start_logits.shape[1]
-            start_positions = start_positions.view(-1).clamp(0, ignored)  # (B,)
-            end_positions = end_positions.view(-1).clamp(0, ignored)  # (B,)
-            loss_sum = sum(
-                F.cross_entropy(logits.float(), positions, ignore_index=ignored, reduction="sum")
-                for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))
-            )
-            loss = _mean(loss_sum / 2, (start_positions != ignored).sum(), num_items_in_batch)
+            loss = answer_span_loss(start_logits, end_logits, start_positions, end_positions, num_items_in_batch)
         output = QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
@@ -803,8 +741,65 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
         logits = self.classifier(self.dropout(pooled)).view(-1, num_choices)  # (B, C)
         loss = None
         if labels is not None:
-            loss = _classification_loss("single_label_classification", logits, labels, num_items_in_batch)
+            loss = classification_loss("single_label_classification", logits, labels, num_items_in_batch)
         output = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return self._returned(output, return_dict)
+
+
+class SinusoidalEncoderForSpanClassification(SinusoidalEncoderPreTrainedModel):
+    """The encoder with a span-categorisation head (as spaCy's spancat): every span of up to `config.max_span_width`
+    tokens (8 when the config does not set it) gets a score per label from the states of its first and last tokens;
+    a span may have several labels or none, and spans may nest or overlap. `logits` is `(batch, seq_len, width,
+    num_labels)`: `[b, i, w]` scores the tokens i…i+w; a span that runs past the sequence or onto a masked token
+    scores -1e4 (never predicted)."""
+
+    def __init__(self, config: SinusoidalEncoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.max_span_width = getattr(config, "max_span_width", 8)
+        self.model = SinusoidalEncoderModel(config)
+        self.dropout = nn.Dropout(_classifier_dropout(config))
+        self.start_classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.end_classifier = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple[torch.Tensor, ...]:
+        r"""labels (`(batch_size, seq_len, width, num_labels)`): 1 where the span has the label, 0 where not, -100
+        for a span that is no candidate. The loss is the binary cross-entropy of every labelled entry, summed and
+        divided by `num_items_in_batch`, else by the labelled entries."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
+        outputs = self._encode(
+            input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
+        )
+        hidden_states = self.dropout(outputs.last_hidden_state)  # (B, T, d)
+        seq_len = hidden_states.shape[1]
+        last = torch.arange(seq_len, device=hidden_states.device)[:, None] + torch.arange(
+            self.max_span_width, device=hidden_states.device
+        )  # (T, W): the last token of each span
+        inside = last < seq_len
+        last = last.clamp(max=seq_len - 1)
+        ends = self.end_classifier(hidden_states)  # (B, T, L)
+        logits = self.start_classifier(hidden_states)[:, :, None, :] + ends[:, last]  # (B, T, W, L)
+        valid = inside[None]  # (1, T, W)
+        if attention_mask is not None:
+            real = attention_mask.bool()
+            valid = valid & real[:, :, None] & real[:, last]  # (B, T, W)
+        logits = logits.masked_fill(~valid[..., None], -1e4)
+        loss = multi_label_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        output = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
         return self._returned(output, return_dict)
@@ -815,6 +810,7 @@ __all__ = [
     "SinusoidalEncoderForMultipleChoice",
     "SinusoidalEncoderForQuestionAnswering",
     "SinusoidalEncoderForSequenceClassification",
+    "SinusoidalEncoderForSpanClassification",
     "SinusoidalEncoderForTokenClassification",
     "SinusoidalEncoderModel",
     "SinusoidalEncoderPreTrainedModel",

@@ -18,7 +18,7 @@ from sinusoidal_encoder_training.configs.distillation import (
 )
 from sinusoidal_encoder_training.configs.evaluation import EvaluationConfig
 from sinusoidal_encoder_training.configs.fill_mask import FillMaskConfig
-from sinusoidal_encoder_training.configs.finetuning import FinetuningConfig, ProblemType, TaskDataConfig
+from sinusoidal_encoder_training.configs.finetuning import FinetuningConfig, TaskDataConfig
 from sinusoidal_encoder_training.configs.onnx_export import (
     OLDEST_ONNX_OPSET,
     OnnxExportConfig,
@@ -35,6 +35,7 @@ from sinusoidal_encoder_training.configs.tokenizer import (
     physical_memory,
     tokenizer_folder_problem,
 )
+from sinusoidal_encoder_training.tasks.classification import ProblemType
 
 __all__ = [
     "COMPILE_MODES",

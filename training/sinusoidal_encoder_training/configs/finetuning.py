@@ -5,51 +5,29 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from typing import Literal
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive, redefault
 from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
 from sinusoidal_encoder_training.configs.data import DataConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
-from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, reading
-
-ProblemType = Literal["single_label_classification", "multi_label_classification", "regression"]
+from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASK_FLAGS, TASKS, reading
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TaskDataConfig(FlagConfig):
-    """How a fine-tuning task reads its data (the columns beyond --text_column_name, the labels' problem type, the
-    inputs' length), for fine-tuning a head and for evaluating a fine-tuned one; `check_task_flags` checks them
-    against the task."""
+class TaskDataConfig(FlagConfig, *TASK_FLAGS):
+    """How a fine-tuning task reads its data (the label column, the inputs' length, and the flags of each task's
+    own, `tasks.task.Task.flags`, of which this class is composed), for fine-tuning a head and for evaluating a
+    fine-tuned one; `check_task_flags` checks them against the task."""
 
     _argument_group_name = "task data"
 
-    text_pair_column_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "Second text of a pair (sequence classification).", "task_flag": True}
-    )
     label_column_name: str | None = dataclasses.field(
         default=None,
         metadata={
             "help": "The label column (default: 'label' or 'labels'; for tokens 'ner_tags', 'tags' or 'labels')."
         },
     )
-    problem_type: ProblemType | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "Sequence classification: inferred from the labels (float: regression, lists: multi-label) "
-            "unless set.",
-            "task_flag": True,
-        },
-    )
     max_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per input; longer ones are truncated."})
-    doc_stride: int = dataclasses.field(
-        default=32,
-        metadata={
-            "help": "question-answering: a context longer than --max_length is cut into windows that overlap by this "
-            "many tokens.",
-            "task_flag": True,
-        },
-    )
     pad_to_multiple_of: int | None = dataclasses.field(
         default=None, metadata={"help": "Pad batches to a multiple of this (8 suits tensor cores)."}
     )
@@ -68,17 +46,14 @@ class TaskDataConfig(FlagConfig):
         check_positive(self, "pad_to_multiple_of")
 
     def check_task_flags(self, task: str) -> None:
-        """A `UsageError` for a flag set that the task `task` does not read (a field marked `"task_flag"`, read by
-        the tasks whose `tasks.Task.flags` name it), or a value it cannot use."""
-        for field in dataclasses.fields(TaskDataConfig):
-            value = getattr(self, field.name)
-            if field.metadata.get("task_flag") and value != field.default and field.name not in TASKS[task].flags:
+        """A `UsageError` for a flag set that the task `task` does not read (a field of another task's `flags`), or
+        a value it cannot use (its entry's `check`)."""
+        entry = TASKS[task]
+        for field in (field for flags in TASK_FLAGS for field in dataclasses.fields(flags)):
+            if getattr(self, field.name) != field.default and field.name not in entry.flag_names:
                 raise UsageError(f"--{field.name} is for {' and '.join(reading(field.name))}, not {task}.")
-        if "doc_stride" in TASKS[task].flags and not 0 <= self.doc_stride < self.max_length // 2:
-            raise UsageError(
-                f"--doc_stride must be at least 0 and less than half of --max_length ({self.max_length}), got "
-                f"{self.doc_stride}."
-            )
+        if entry.check is not None:
+            entry.check(self)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

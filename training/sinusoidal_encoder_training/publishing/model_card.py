@@ -9,6 +9,7 @@ import os
 import re
 from typing import Any
 
+import transformers
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
@@ -37,9 +38,19 @@ def local_folder_note(name: str) -> str:
 def pipeline_example(pipeline_tag: str, reference: str, text: str | None) -> str:
     """A pipeline snippet that runs with the package installed or without it (`trust_remote_code=True`); for a task
     without a pipeline in transformers 5 (`text` None: question answering, multiple choice), the loading of its
-    Auto class and tokenizer."""
+    Auto class and tokenizer (for an Auto class of the model package's own, which transformers does not have, the
+    class the folder's `auto_map` names, from the folder's code)."""
     if text is None:
         auto_class = TASKS[pipeline_tag].auto_class
+        if not hasattr(transformers, auto_class):  # the model package's own Auto class: the folder's `auto_map`
+            return (
+                "```python\nfrom transformers import AutoConfig, AutoTokenizer\n"
+                "from transformers.dynamic_module_utils import get_class_from_dynamic_module\n\n"
+                f'tokenizer = AutoTokenizer.from_pretrained("{reference}")\n'
+                f'config = AutoConfig.from_pretrained("{reference}", trust_remote_code=True)\n'
+                f'model_class = get_class_from_dynamic_module(config.auto_map["{auto_class}"], config.name_or_path)\n'
+                f'model = model_class.from_pretrained("{reference}")\n```'
+            )
         return (
             f"```python\nfrom transformers import {auto_class}, AutoTokenizer\n\n"
             f'tokenizer = AutoTokenizer.from_pretrained("{reference}")\n'
@@ -150,6 +161,7 @@ def render_model_card(
         "model_name": model_id,
         "task_summary": task_summary,
         "auto_class": auto_class,
+        "own_auto_class": not hasattr(transformers, auto_class),  # the model package's own: not in transformers
         "position_summary": position.summary,
         "position_formula": position.formula,
         "position_note": position.note,

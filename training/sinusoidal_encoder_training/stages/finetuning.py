@@ -1,7 +1,7 @@
 """The fine-tuning stage, with accelerate, on the data, task and model that a `FinetuningConfig` (`configs`)
-describes. What a task does with its data is its recipe, the module its entry in `tasks.TASKS` names
-(`classification`, `question_answering`, `multiple_choice`): this module loads the data, the tokenizer and the model,
-trains through the loop, and exports the folder.
+describes. What a task does with its data is its recipe, the module its entry in the task table names
+(`tasks/NAME/recipe.py`): this module loads the data, the tokenizer and the model, trains through the loop, and
+exports the folder. It imports the recipes; they import what they share from `tasks.recipes`, never this module.
 
 In code: `finetune(FinetuningConfig(model_name_or_path=..., output_dir=...))`, then `export(config, result)`. This
 module holds the task data, the model config and its checks, the stage, the export of its folder and the command
@@ -14,7 +14,7 @@ import copy
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import datasets
@@ -45,37 +45,22 @@ from sinusoidal_encoder_training.data.pipeline import load_raw_datasets
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders
-from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
+from sinusoidal_encoder_training.runs.loop import StageResult, train
 from sinusoidal_encoder_training.runs.metrics_log import write_json
 from sinusoidal_encoder_training.runs.optimization import make_optimizer
 from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
-from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASKS, auto_class_of, task_of_architecture
+from sinusoidal_encoder_training.tasks.recipes import (
+    STAGE,
+    HeadPlan,
+    OtherLabels,
+    Prepared,
+    plan_head,
+    run_labels,
+)
+from sinusoidal_encoder_training.tasks.registry import TASKS, auto_class_of
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
-
-
-STAGE = "fine-tuning"  # the stage's name: in the run folder's settings and the trackers (the tasks' `name`)
-
-
-@dataclasses.dataclass(frozen=True)
-class Prepared:
-    """What a task's recipe (`prepare(config, raw, tokenizer, model_config)` of the module its `tasks.TASKS` entry
-    names) makes of the raw splits: the tokenised splits, their collator, the task of the training loop (made from
-    the data order's generator), the lines that head the run's log, the problem type, how the card states the
-    labels, its pipeline example and its intended uses, and scores to add after training (the baselines), computed
-    on the main process from the final evaluation."""
-
-    train: torch.utils.data.Dataset  # a tokenised split, or a view of one (`data.BatchedRows`)
-    validation: torch.utils.data.Dataset
-    collate: Callable
-    make_task: Callable[[torch.Generator], TrainingTask]
-    header: list[str]
-    problem: str
-    labels: str
-    example: str | None  # the text of the card's pipeline example; None: the task has no pipeline
-    uses: str
-    extra_scores: Callable[[dict[str, float]], dict[str, float]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,101 +144,6 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
-# the tasks whose head is trained for a set of labels
-LABELLED = tuple(name for name, task in TASKS.items() if task.recipe == "classification")
-
-
-class OtherLabels(UsageError):
-    """The data's labels are not those the folder's head was trained for: what differs, and what to do (which
-    depends on the command)."""
-
-    def __init__(self, what: str, advice: str):
-        super().__init__(f"{what}: {advice}")
-        self.what = what
-
-
-@dataclasses.dataclass(frozen=True)
-class HeadPlan:
-    """What a fine-tune does with the head of --model_name_or_path (`plan_head`): the labels of the run, in the
-    order of the head's outputs, and, when a new head starts on the folder's encoder instead of the folder's own,
-    the one line that says so (`new_head`); `fresh`: the folder's head weights must not be loaded."""
-
-    labels: list[str] | None
-    new_head: str | None = None
-    fresh: bool = False
-
-
-def folder_labels(model_config: Any) -> list[str]:
-    """The label names of the head a model config describes, in the order of its outputs."""
-    return [str(model_config.id2label[i]) for i in range(model_config.num_labels)]
-
-
-def describe_labels(problem: str | None, labels: list[str] | None) -> str:
-    """The labels of a head as a line names them: "2 labels ['neg', 'pos']", "a regression target (one number)"."""
-    if problem == "regression" or labels is None:
-        return "a regression target (one number)"
-    shown = repr(labels) if len(labels) <= 8 else repr(labels[:8])[:-1] + ", ...]"
-    kind = " (multi-label)" if problem == "multi_label_classification" else ""
-    return f"{len(labels)} labels {shown}{kind}"
-
-
-def same_head(folder_config: Any, problem: str | None, labels: list[str] | None) -> bool:
-    """Whether the folder's head was trained for the run's labels: the same names in any order (each keeps its
-    output, mapped by name), or one output for regression; the same problem type where both say."""
-    theirs_problem = getattr(folder_config, "problem_type", None)
-    if theirs_problem is not None and problem is not None and theirs_problem != problem:
-        return False
-    if problem == "regression" or labels is None:
-        return folder_config.num_labels == 1
-    return sorted(folder_labels(folder_config)) == sorted(labels)
-
-
-def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None, labels: list[str] | None) -> HeadPlan:
-    """The one rule for the head in --model_name_or_path (config.json's `architectures` and labels), before the
-    data is tokenised: a head trained for this task and the run's labels (`problem`, `labels`; None for a task of
-    none) is fine-tuned further, its outputs mapped to the labels by name, never by index; a head of another task
-    (a classifier for question answering, a token classifier for sequences) is never used: a new head starts on
-    the encoder, with one line saying so; a head of this task trained for other labels (another count, other
-    names, another problem type) is refused, naming both label sets, unless `--ignore_mismatched_sizes`, which
-    starts a new head (one line). A folder with no task head (a pretrained masked-LM folder, the bare encoder)
-    gets a new head, as always."""
-    source = config.model_name_or_path
-    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
-    own = task_of_architecture(architecture)
-    if own not in FINETUNED:
-        return HeadPlan(labels)
-    if own != config.task:
-        line = (
-            f"--model_name_or_path {source!r} has a {own} head ({architecture}), trained for another task: a new "
-            f"{config.task} head starts on its encoder."
-        )
-        return HeadPlan(labels, line, fresh=True)
-    if config.task not in LABELLED:
-        return HeadPlan(labels)
-    if same_head(folder_config, problem, labels):  # the run takes the head's order of its labels
-        return HeadPlan(None if labels is None else folder_labels(folder_config))
-    theirs = describe_labels(getattr(folder_config, "problem_type", None), folder_labels(folder_config))
-    ours = describe_labels(problem, labels)
-    if not config.ignore_mismatched_sizes:
-        raise OtherLabels(
-            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}",
-            "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels.",
-        )
-    line = (
-        f"--model_name_or_path {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
-        "its encoder (--ignore_mismatched_sizes)."
-    )
-    return HeadPlan(labels, line, fresh=True)
-
-
-def run_labels(config: FinetuningConfig, model_config: Any) -> tuple[str | None, list[str] | None]:
-    """The problem type and labels a recipe set on the model config (None, None for a task without labels)."""
-    if config.task not in LABELLED:
-        return None, None
-    problem = model_config.problem_type
-    return problem, None if problem == "regression" else folder_labels(model_config)
-
-
 def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan) -> Any:
     """The task's model of --model_name_or_path: the folder's weights, or, when `plan` says a new head starts
     (`fresh`), the folder's encoder alone under a head transformers initialises as it does for a folder without
@@ -272,35 +162,13 @@ def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan)
         return model_class.from_pretrained(None, config=model_config, state_dict=weights)
 
 
-def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
-    """A `UsageError` naming the split, the row (its number and other values: a split drawn from the training file
-    is shuffled) and the column when a text column of the data holds something other than text: a missing value
-    (null) reached the tokenizer as a TypeError, or, formatted into a choice, as the word "None"."""
-    for split in ("train", "validation"):
-        for column in columns:
-            for row, value in enumerate(raw[split][column], start=1):
-                if not isinstance(value, str):
-                    others = {name: held for name, held in raw[split][row - 1].items() if name != column}
-                    shown = repr(others) if len(repr(others)) <= 80 else repr(others)[:77] + "..."
-                    raise UsageError(
-                        f"The {split} split, row {row} {shown}: {column!r} is {value!r}, not text: give every row a "
-                        'text ("" for none), or remove the row.'
-                    )
-
-
-def model_inputs(batch: dict[str, torch.Tensor], labels: bool = True) -> dict[str, torch.Tensor]:
-    """What a batch gives the model: ids, mask, and the labels (unless `labels` is False)."""
-    names = ("input_ids", "attention_mask", "labels") if labels else ("input_ids", "attention_mask")
-    return {name: batch[name] for name in names if name in batch}
-
-
 def finetune(
     config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
 ) -> FinetuningResult:
     """Load the data and the model, fine-tune, evaluate (and score the baselines when asked).
 
-    What the task does with its data is the recipe its entry in `tasks.TASKS` names (`classification`,
-    `question_answering`, `multiple_choice`): its `prepare` checks and tokenises the splits, sets the task's fields
+    What the task does with its data is the recipe its entry in `tasks.registry.TASKS` names (`tasks/NAME/recipe.py`):
+    its `prepare` checks and tokenises the splits, sets the task's fields
     of the model config (the labels), and gives the collator and the task of the training loop.
 
     `model_init(model_config)` makes the model to fine-tune, as in transformers' `Trainer(model_init=...)`: it is
@@ -316,7 +184,7 @@ def finetune(
     claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
     if config.builtin and not config.with_baselines:
         accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
-    recipe = importlib.import_module(f"sinusoidal_encoder_training.tasks.{TASKS[config.task].recipe}")
+    recipe = importlib.import_module(TASKS[config.task].recipe)
     folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
     with accelerator.main_process_first():
         raw = load_task_data(config)
@@ -351,7 +219,7 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
     one line (`plan_head`); no folder is written."""
     model_config = load_model_config(config)
     tokenizer = load_tokenizer(config, model_config)
-    recipe = importlib.import_module(f"sinusoidal_encoder_training.tasks.{TASKS[config.task].recipe}")
+    recipe = importlib.import_module(TASKS[config.task].recipe)
     folder_config = copy.deepcopy(model_config)
     try:
         with accelerator.main_process_first():

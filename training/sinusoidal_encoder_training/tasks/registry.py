@@ -1,130 +1,64 @@
-"""The tasks a model folder can be made for, one entry each: the Auto class that loads it, the head its model class
-carries, what its loss is counted in, what the model card says, and what an ONNX export of it outputs. The model
-card, the ONNX export, fill-mask, the pictures and the command lines ask this table; a new head is the model's class,
-an entry here, and tests.
+"""The task table: every task a model folder can be made for, gathered from the task packages of this folder. A
+task package (`tasks/NAME/`) declares its entries in its `__init__.py` (`TASKS`, a tuple of `task.Task`: the Auto
+class, the head, the loss unit, the card's text, the ONNX outputs, and the task-data flags it reads) and keeps its
+fine-tuning recipe apart, in `tasks/NAME/recipe.py`. The model card, the ONNX export, fill-mask, the evaluate command,
+the pictures and the command lines ask this table; fine-tuning imports a task's recipe by the name its entry gives.
+A new head is its model class, its `AUTO_MAP` line and its task package: nothing here names a task.
 
-Importing this module imports nothing but the standard library (the command lines read it before any heavy import).
+Why a package per task, the entries apart from the recipe: the command lines read the table (`--task`'s choices,
+the task-data flags and their checks) before torch, transformers or datasets are imported (`--help` and a bad value
+answer at once), and a recipe needs all three. The `__init__.py` of a task package imports nothing but the standard
+library and `task`, so importing this table stays light; the recipe imports what it needs at its top, as any module.
+The packages are found with `pkgutil` (every package of this folder is a task package; the modules beside them,
+`task`, `registry`, `recipes`, are the machinery), so that no list here has to grow.
+
+Importing this module imports nothing but the standard library and the task packages' `__init__.py`.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib
+import os
+import pkgutil
+
+from sinusoidal_encoder_training.tasks.task import Task
 
 
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """One task. `name` is its pipeline tag (and the value of `--task`); `head` the end of the name of the model
-    class that carries it (`SinusoidalEncoderForMaskedLM` ends in "ForMaskedLM"; the bare encoder in "Model");
-    `loss_units` what one unit of its loss is, by problem type ("" when it has one); `outputs` the outputs of its
-    ONNX graph, empty when the export does not take it; `input_axes` the axes of its inputs (`input_ids` and
-    `attention_mask`), each dynamic in the ONNX graph; `flags` the task-data flags of fine-tuning that only some
-    tasks read (`configs.TaskDataConfig`, those marked `"task_flag"`) which this one reads: another task refuses
-    them."""
-
-    name: str
-    auto_class: str
-    head: str
-    head_description: str
-    card_summary: str
-    card_title: str
-    loss_units: dict[str, str]
-    outputs: tuple[str, ...] = ()
-    input_axes: tuple[str, ...] = ("batch", "sequence")
-    recipe: str | None = None  # the module of this package that fine-tunes it (`finetune --task NAME`), if any
-    flags: tuple[str, ...] = ()
+def discover_tasks() -> dict[str, Task]:
+    """The entries of every task package of this folder: the tasks without a recipe (the pretrained model's own:
+    fill-mask, feature-extraction) first, then the fine-tuned ones, each package in alphabetical order and its
+    entries in their order. Two packages declaring one task name is an error of the packages."""
+    found: dict[str, Task] = {}
+    for module in pkgutil.iter_modules([os.path.dirname(__file__)]):
+        if not module.ispkg:
+            continue
+        for task in importlib.import_module(f"{__package__}.{module.name}").TASKS:
+            if task.name in found:
+                raise ValueError(f"Two task packages declare the task {task.name!r}; one is {module.name!r}.")
+            found[task.name] = task
+    return {task.name: task for task in sorted(found.values(), key=lambda task: task.recipe is not None)}
 
 
-TASKS: dict[str, Task] = {
-    task.name: task
-    for task in (
-        Task(
-            "fill-mask",
-            "AutoModelForMaskedLM",
-            "ForMaskedLM",
-            "masked-LM head",
-            "pretrained by masked language modelling",
-            "Fill-Mask",
-            {"": "nats per masked token"},
-            ("logits",),
-        ),
-        Task(
-            "feature-extraction",
-            "AutoModel",
-            "Model",
-            "encoder",
-            "an encoder",
-            "Feature Extraction",
-            {},
-            ("last_hidden_state",),
-        ),
-        Task(
-            "text-classification",
-            "AutoModelForSequenceClassification",
-            "ForSequenceClassification",
-            "sequence-classification head",
-            "fine-tuned for sequence classification",
-            "Text Classification",
-            {
-                "single_label_classification": "nats per example",
-                "multi_label_classification": "nats per label",
-                "regression": "squared error per output",
-            },
-            ("logits",),
-            recipe="classification",
-            flags=("text_pair_column_name", "problem_type"),
-        ),
-        Task(
-            "token-classification",
-            "AutoModelForTokenClassification",
-            "ForTokenClassification",
-            "token-classification head",
-            "fine-tuned for token classification",
-            "Token Classification",
-            {"": "nats per labelled token"},
-            ("logits",),
-            recipe="classification",
-        ),
-        Task(
-            "question-answering",
-            "AutoModelForQuestionAnswering",
-            "ForQuestionAnswering",
-            "question-answering head",
-            "fine-tuned for extractive question answering",
-            "Question Answering",
-            {"": "nats per answer (the mean of its start and end)"},
-            ("start_logits", "end_logits"),
-            recipe="question_answering",
-            flags=("doc_stride",),
-        ),
-        Task(
-            "multiple-choice",
-            "AutoModelForMultipleChoice",
-            "ForMultipleChoice",
-            "multiple-choice head",
-            "fine-tuned for multiple choice",
-            "Multiple Choice",
-            {"": "nats per question"},
-            ("logits",),
-            ("batch", "choices", "sequence"),
-            recipe="multiple_choice",
-        ),
-    )
-}
+TASKS: dict[str, Task] = discover_tasks()
 
 EXPORTED = tuple(name for name, task in TASKS.items() if task.outputs)  # what the ONNX export takes
 FINETUNED = tuple(name for name, task in TASKS.items() if task.recipe)  # what fine-tuning trains
+LABELLED = tuple(name for name, task in TASKS.items() if task.labelled)  # whose head is trained for a label set
+# the task-data flags only some tasks read: each task's `flags` class, once, in the table's order
+TASK_FLAGS = tuple(dict.fromkeys(task.flags for task in TASKS.values() if task.flags))
 
 
 def auto_class_of(task: str) -> type:
-    """The Auto class of transformers that loads a folder of `task` (imports transformers)."""
-    import transformers
+    """The Auto class that loads a folder of `task`: transformers' own, or the model package's for a head
+    transformers has none for (imports transformers and the model package)."""
+    import sinusoidal_encoder
 
-    return getattr(transformers, TASKS[task].auto_class)
+    return sinusoidal_encoder.auto_class(TASKS[task].auto_class)
 
 
 def reading(flag: str) -> list[str]:
     """The tasks that read the task-data flag `flag` (a field name), in the table's order."""
-    return [name for name, task in TASKS.items() if flag in task.flags]
+    return [name for name, task in TASKS.items() if flag in task.flag_names]
 
 
 def task_of_architecture(architecture: str | None) -> str | None:

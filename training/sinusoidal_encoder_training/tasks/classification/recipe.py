@@ -1,7 +1,7 @@
 """Fine-tuning for sequence classification (single-label, multi-label, regression) and token classification: the
-recipe of `finetuning` for the tasks "text-classification" and "token-classification" (`tasks.TASKS`). Here: the
-label column and its label space, one tag per word, the head's size, tokenisation with the labels as ids, the task
-of the training loop (the head's loss, the metrics) and the baselines."""
+recipe of the tasks "text-classification" and "token-classification" (their entries: this package's `__init__.py`).
+Here: the label column and its label space, one tag per word, the head's size, tokenisation with the labels as ids,
+the task of the training loop (the head's loss, the metrics) and the baselines."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sinusoidal_encoder_training.evaluation.metrics import (
 )
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask
-from sinusoidal_encoder_training.stages.finetuning import STAGE, Prepared, check_texts, model_inputs, plan_head
+from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs, plan_head
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 

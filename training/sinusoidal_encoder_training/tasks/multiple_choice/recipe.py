@@ -1,6 +1,6 @@
-"""Fine-tuning for multiple choice on SWAG-format data: the recipe of `finetuning` for the task "multiple-choice"
-(`tasks.TASKS`). A row holds a context (`sent1`), the start of its continuation (`sent2`), the candidate endings
-(`ending0`, `ending1`, ...) and the index of the right one (`label`), as the SWAG dataset and transformers'
+"""Fine-tuning for multiple choice on SWAG-format data: the recipe of the task "multiple-choice" (its entry: this
+package's `__init__.py`). A row holds a context (`sent1`), the start of its continuation (`sent2`), the candidate
+endings (`ending0`, `ending1`, ...) and the index of the right one (`label`), as the SWAG dataset and transformers'
 `run_swag.py` have them. Each choice is the pair (`sent1`, `sent2 + " " + ending`); the head scores every choice of a
 row and the loss is the cross-entropy over them, one unit per row; the metric is the accuracy."""
 
@@ -18,7 +18,7 @@ from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator, derive_seed
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask
-from sinusoidal_encoder_training.stages.finetuning import STAGE, Prepared, check_texts, model_inputs
+from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs
 
 CONTEXT, START = "sent1", "sent2"
 

@@ -1,5 +1,5 @@
-"""Fine-tuning for extractive question answering on SQuAD-format data: the recipe of `finetuning` for the task
-"question-answering" (`tasks.TASKS`). A row holds a `question`, a `context` and its `answers`
+"""Fine-tuning for extractive question answering on SQuAD-format data: the recipe of the task "question-answering"
+(its entry: this package's `__init__.py`). A row holds a `question`, a `context` and its `answers`
 ({"text": [...], "answer_start": [...]}, character offsets into the context; empty for a question the context does
 not answer, as in SQuAD 2.0), as the SQuAD dataset and transformers' `run_qa.py` have them. A context longer than
 `--max_length` is cut into overlapping windows (`--doc_stride` tokens of overlap), each a feature; the head predicts
@@ -21,7 +21,7 @@ from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollat
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask
-from sinusoidal_encoder_training.stages.finetuning import STAGE, Prepared, check_texts
+from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts
 
 QUESTION, CONTEXT, ANSWERS = "question", "context", "answers"
 MAX_ANSWER_TOKENS = 30  # the longest answer evaluation picks, as run_qa.py
