@@ -86,13 +86,27 @@ def test_bad_input_is_one_line_before_any_work(capsys):
     with pytest.raises(SystemExit):
         utilization.main(["--size", "huge"])
     assert "--size: 'huge' is not a preset" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        utilization.main(["--position_encoding", "rope"])
+    assert "--position_encoding: 'rope' is not one; choose one of sinusoidal," in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("encoding", ["tupe", "rotary"])
+def test_our_model_takes_the_position_encoding_asked_for_and_bert_stays_as_it_is(encoding):
+    shape = utilization.main_job_shape("tiny")
+    ours = utilization.build_model("ours", "train", shape, encoding)
+    assert ours.config.position_encoding == encoding and ours.config.sparse_prediction
+    bert = utilization.build_model("bert", "train", shape, encoding)
+    assert sum(p.numel() for p in bert.parameters()) == sum(
+        p.numel() for p in utilization.build_model("bert", "train", shape).parameters()
+    )
 
 
 @pytest.mark.slow
 def test_profiles_time_the_compiled_kernels_by_name():
     from torch._inductor import config as inductor_config
 
-    args = argparse.Namespace(paths=["dense"], precisions=["fp32"], modes=["compiled"])
+    args = argparse.Namespace(paths=["dense"], precisions=["fp32"], modes=["compiled"], position_encoding="sinusoidal")
     text = utilization.profiles(args, utilization.main_job_shape("tiny"))
     ours = text.split("## dense inference (32 × 128), fp32, compiled, ours")[1].split("## ")[0]
     assert "cpp_fused" in ours and "mkldnn::_linear_pointwise" in ours  # generated kernels; prepacked (frozen) GEMMs

@@ -3,6 +3,8 @@
     python -m benchmarks.utilization.run               # every cell; writes benchmarks/utilization/results.md and .json
     python -m benchmarks.utilization.run --profile     # also per-op tables of every cell (…-profiles.md)
     python -m benchmarks.utilization.run --paths train --precisions bf16 --modes eager --repeats 5   # one cell
+    python -m benchmarks.utilization.run --position_encoding tupe --output outputs/utilization-tupe.md  # another
+                                                                 # `position_encoding` of ours, against the same BERT
 
 The measure is useful-work model-FLOPs utilisation (MFU): the FLOPs the job needs at the least, over the time it took
 times this machine's GEMM peak in the same precision, measured in the same run. The least FLOPs count the matrix
@@ -136,8 +138,9 @@ def gemm_peak(dtype: torch.dtype, sizes: tuple[int, ...] = (1024, 2048, 4096), s
 # the workloads (run in the worker processes)
 
 
-def build_model(which: str, path: str, shape: Shape) -> torch.nn.Module:
-    """Our model or BERT with the shape, seeded alike: the masked-LM model for training, the encoder otherwise."""
+def build_model(which: str, path: str, shape: Shape, position_encoding: str = "sinusoidal") -> torch.nn.Module:
+    """Our model (with `position_encoding`) or BERT with the shape, seeded alike: the masked-LM model for training,
+    the encoder otherwise."""
     from transformers import BertConfig, BertForMaskedLM, BertModel
 
     import sinusoidal_encoder as se
@@ -146,19 +149,23 @@ def build_model(which: str, path: str, shape: Shape) -> torch.nn.Module:
     dims = {field: getattr(shape, field) for field in Shape.__dataclass_fields__}
     dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     if which == "ours":
-        config = se.SinusoidalEncoderConfig(**dims, **dropout, norm_first=True, sparse_prediction=path == "train")
+        config = se.SinusoidalEncoderConfig(
+            **dims, **dropout, norm_first=True, sparse_prediction=path == "train", position_encoding=position_encoding
+        )
         return se.SinusoidalEncoderForMaskedLM(config) if path == "train" else se.SinusoidalEncoderModel(config)
     config = BertConfig(**dims, **dropout, max_position_embeddings=512)
     config._attn_implementation = "sdpa"
     return BertForMaskedLM(config) if path == "train" else BertModel(config, add_pooling_layer=False)
 
 
-def workload(which: str, path: str, precision: str, mode: str, shape: Shape) -> Callable[[], None]:
+def workload(
+    which: str, path: str, precision: str, mode: str, shape: Shape, position_encoding: str = "sinusoidal"
+) -> Callable[[], None]:
     """One call of a cell: a training step (forward, backward, AdamW) or an inference forward."""
     from sinusoidal_encoder_training.configs import TrainingConfig
     from sinusoidal_encoder_training.runs.optimization import make_optimizer
 
-    model = build_model(which, path, shape)
+    model = build_model(which, path, shape, position_encoding)
     if path == "train":
         ids, labels = mlm_batch(shape.vocab_size)
         optimizer = make_optimizer(model, TrainingConfig(output_dir="unused"))  # the training scripts' AdamW
@@ -204,7 +211,10 @@ def profile_table(run: Callable[[], None], calls: int = 3, rows: int = 15) -> st
 
 
 def worker_command(which: str, path: str, precision: str, mode: str, args: argparse.Namespace) -> list[str]:
-    return [sys.executable, os.path.abspath(__file__), "--size", args.size, "--_worker", which, path, precision, mode]
+    return [
+        *(sys.executable, os.path.abspath(__file__), "--size", args.size),
+        *("--position_encoding", args.position_encoding, "--_worker", which, path, precision, mode),
+    ]
 
 
 def measure(args: argparse.Namespace, shape: Shape, peaks: dict[str, float]) -> list[dict]:
@@ -267,6 +277,7 @@ def report(args: argparse.Namespace, shape: Shape, peaks: dict[str, float], cell
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "shape": shape.__dict__,
+        "position_encoding": args.position_encoding,
         "repeats": args.repeats,
         "gemm_peak_flops": peaks,
         "cells": cells,
@@ -278,12 +289,14 @@ def markdown(record: dict) -> str:
     has = ", ".join(flag for flag, present in cpu["flags"].items() if present) or "none of them"
     lacks = ", ".join(flag for flag, present in cpu["flags"].items() if not present) or "none"
     peaks = record["gemm_peak_flops"]
+    chosen = record.get("position_encoding", "sinusoidal")
+    encoding = "" if chosen == "sinusoidal" else f"; ours with `position_encoding={chosen!r}`"
     lines = [
         "# Model-FLOPs utilisation: ours against BERT of the same shape",
         "",
         f"`{record['command']}` at commit {record['commit']} on {record['date']}: {cpu['model']}, "
         f"{cpu['threads']} threads; CPU flags present: {has}; absent: {lacks}. torch {record['torch']}, "
-        f"transformers {record['transformers']}. Shape: {record['shape']}. Medians of {record['repeats']} "
+        f"transformers {record['transformers']}. Shape: {record['shape']}{encoding}. Medians of {record['repeats']} "
         "interleaved repetitions (benchmarks/timing.py).",
         "",
         f"GEMM peak measured in the run: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 "
@@ -317,7 +330,7 @@ def profiles(args: argparse.Namespace, shape: Shape) -> str:
                     torch._dynamo.reset()  # each compiled cell compiles afresh, as in its own benchmark worker
                     # each generated kernel timed by name, not only the compiled graph around them
                     with inductor_config.patch({"cpp.enable_kernel_profile": True}):
-                        table = profile_table(workload(which, path, precision, mode, shape))
+                        table = profile_table(workload(which, path, precision, mode, shape, args.position_encoding))
                     title = f"## {PATH_NAMES[path]}, {precision}, {mode}, {'ours' if which == 'ours' else 'BERT'}"
                     sections += ["", title, "", "```text", table.strip(), "```"]
     return "\n".join(sections) + "\n"
@@ -332,6 +345,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=7, help="Interleaved repetitions per cell (the median).")
     parser.add_argument("--profile", action="store_true", help="Also write per-op tables of every cell.")
     parser.add_argument(
+        "--position_encoding",
+        default="sinusoidal",
+        help="The `position_encoding` of our model (default: the paper's, added to the input); BERT is unchanged.",
+    )
+    parser.add_argument(
         "--output",
         default=None,
         help="Markdown report (default benchmarks/utilization/results.md; the JSON beside it).",
@@ -344,6 +362,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--size: {args.size!r} is not a preset; choose one of {', '.join(MODEL_SIZES)}.")
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}.")
+    from sinusoidal_encoder.positions import POSITION_ENCODINGS
+
+    if args.position_encoding not in POSITION_ENCODINGS:
+        choices = ", ".join(POSITION_ENCODINGS)
+        parser.error(f"--position_encoding: {args.position_encoding!r} is not one; choose one of {choices}.")
     return args
 
 
@@ -351,7 +374,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = parse_args(argv)
     shape = main_job_shape(args.size)
     if args._worker:
-        timing.serve(workload(*args._worker, shape))
+        timing.serve(workload(*args._worker, shape, args.position_encoding))
         return None
     peaks = {name: gemm_peak(DTYPES[name]) for name in PRECISIONS}
     print(f"GEMM peak: fp32 {peaks['fp32'] / 1e9:,.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:,.0f} GFLOP/s", flush=True)
