@@ -140,7 +140,7 @@ def test_each_checkout_script_runs_its_command_of_the_table():
 def test_the_console_scripts_and_python_m_follow_the_command_table():
     """setup.py declares one console script per command of the table, naming its callable in `console`, which runs
     the command's stage; `python -m sinusoidal_encoder_training` lists every command and runs any of them."""
-    assert COMMANDS["evaluate"].module == "model_evaluation"  # the table holds every command, the newest too
+    assert COMMANDS["evaluate"].module == "stages.evaluate"  # the table holds every command, the newest too
     expected = [
         f"{SCRIPT_PREFIX}{name} = sinusoidal_encoder_training.cli.console:{name.replace('-', '_')}"
         for name in COMMANDS
