@@ -281,3 +281,21 @@ def test_tupe_with_flash_attention_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"position_encoding='tupe'.*flash attention cannot take") as error:
         model(random_ids(1, 5))
     assert "\n" not in str(error.value)
+
+
+def test_the_cost_study_times_each_variant_against_the_shipped_encoding_in_the_training_cell(capsys):
+    """benchmarks/length_generalization/paper_encoding/cost.py: each pair is the utilisation benchmark's training
+    worker with the shipped encoding and with the variant; a bad count is one line."""
+    from benchmarks.length_generalization.paper_encoding import cost
+
+    args = cost.parse_args(["--encodings", "tupe", "--precisions", "bf16"])
+    shipped, variant = (cost.worker(encoding, "bf16", args) for encoding in (cost.SHIPPED, "tupe"))
+    assert shipped[shipped.index("--_worker") + 1 :] == variant[variant.index("--_worker") + 1 :]
+    assert ["--_worker", "ours", "train", "bf16", "eager"] == variant[variant.index("--_worker") :]
+    assert variant[variant.index("--position_encoding") + 1] == "tupe"
+    assert shipped[shipped.index("--position_encoding") + 1] == "sinusoidal"
+    row = {"encoding": "tupe", "precision": "bf16", "shipped_seconds": 1.0, "seconds": 1.25, "tokens": 2048}
+    assert cost.format_row({**row, "speed": 0.8}).endswith("| 0.800 | ≥ 0.9: missed |")
+    with pytest.raises(SystemExit):
+        cost.parse_args(["--repeats", "0"])
+    assert "--repeats must be at least 1, got 0." in capsys.readouterr().err
