@@ -15,10 +15,11 @@ its table rows are read by their label, never by position. JSON records are read
 `benchmarks/length_generalization/results.json` (the harness's results.json), the utilization, deployment and
 fine-tuning records, and the sentence-embedding lines `benchmarks/sentence_embeddings/results.jsonl`. The algorithmic
 tasks' table is computed from the per-run records `benchmarks/algorithmic/runs/results.jsonl` by the functions of
-`benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too. `tests/test_docs.py` runs the
-check, and checks README's headline figures (section "Results") against the same sources (`readme_problems`).
+`benchmarks/algorithmic/report.py`, which write `benchmarks/algorithmic/results.md` too.
+`tests/repository/test_docs.py` runs the check, and checks README's headline figures (section "Results") against
+the same sources (`readme_problems`).
 A figure in the prose outside the regions names the date and machine of its measurement instead
-(`tests/test_claims.py`, `test_measured_figures_in_prose_carry_a_date_or_come_from_a_result_file`).
+(`tests/repository/test_claims.py`, `test_measured_figures_in_prose_carry_a_date_or_come_from_a_result_file`).
 """
 
 from __future__ import annotations

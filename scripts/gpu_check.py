@@ -10,7 +10,7 @@ up in this Python; those missing are installed from the wheel folder with `pip i
 temporary folder put on the path (nothing is installed into the machine's Python, nothing fetched). What is missing
 and not in the folder stops the command with one line naming it. When `sinusoidal_encoder` is not installed, the
 checkout's source roots (`modeling/`, `training/`) go on the path. Without a CUDA GPU the command stops there with
-one line, after the setup (which is how it is tested on a CPU: tests/test_gpu_command.py).
+one line, after the setup (which is how it is tested on a CPU: tests/repository/test_gpu_command.py).
 
 RESULTS_DIR receives seven files: `gpu-summary.md` and `.json` (the device, torch/CUDA/transformers versions, the
 tests' outcome, what was skipped and why, the benchmark's report), `gpu-tests.xml` (pytest's JUnit report) and
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     junit = results / "gpu-tests.xml"
-    pytest = [sys.executable, "-m", "pytest", str(REPO / "tests" / "test_gpu.py"), "-m", "gpu", "-v", "-rs"]
+    pytest = [sys.executable, "-m", "pytest", str(REPO / "tests" / "model" / "test_gpu.py"), "-m", "gpu", "-v", "-rs"]
     pytest += ["-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args]
     summary = {
         "command": "bash scripts/test_gpu.sh " + " ".join(argv if argv is not None else sys.argv[1:]),

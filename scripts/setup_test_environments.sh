@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up the tests' side environments, each torch (pinned, installed first) and a set of pinned packages, without
 # this package; the tests load folders the package saved there, with `trust_remote_code`:
-#   .venv-tf4       transformers 4.x (the latest 4.57 release): tests/test_transformers4.py
+#   .venv-tf4       transformers 4.x (the latest 4.57 release): tests/model/test_transformers4.py
 #   .venv-serving   Infinity (its server and torch engine) and Optimum's ONNX Runtime classes, which both pin
-#                   transformers 4.x: tests/test_serving.py and the blocks of docs/serving.md marked
+#                   transformers 4.x: tests/model/test_serving.py and the blocks of docs/serving.md marked
 #                   `<!-- runs in: .venv-serving -->`
 # Safe to run again: an environment that holds its pins already (its requirements.txt says so) is left alone.
 set -euo pipefail

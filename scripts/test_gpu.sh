@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU command: the single-GPU tests (tests/test_gpu.py), then the GPU benchmark (benchmarks/gpu/run.py), results
-# written to RESULTS_DIR. Needs no package registry: it runs with the Python that has CUDA torch ($PYTHON if set,
-# else .venv/bin/python or python3, whichever has a CUDA build), installs what that Python lacks from a wheel folder
-# (--wheels DIR; fill it beforehand where a registry is reachable: bash scripts/test_gpu.sh --fill_wheels DIR), and
-# puts this checkout on the path when the package is not installed. Without a CUDA GPU it says so in one line.
+# The GPU command: the single-GPU tests (tests/model/test_gpu.py), then the GPU benchmark (benchmarks/gpu/run.py),
+# results written to RESULTS_DIR. Needs no package registry: it runs with the Python that has CUDA torch ($PYTHON if
+# set, else .venv/bin/python or python3, whichever has a CUDA build), installs what that Python lacks from a wheel
+# folder (--wheels DIR; fill it beforehand where a registry is reachable: bash scripts/test_gpu.sh --fill_wheels DIR),
+# and puts this checkout on the path when the package is not installed. Without a CUDA GPU it says so in one line.
 #   bash scripts/test_gpu.sh RESULTS_DIR [--wheels DIR] [--no_benchmark] [--benchmark_budget SECONDS]
 #       [--loop_budget SECONDS] [-- PYTEST_ARGS]
 # What it does is in scripts/gpu_check.py (its --help).

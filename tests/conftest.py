@@ -79,6 +79,13 @@ def _seed():
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_TOKENIZER = REPO / "tokenizer_config"
 
+# The tests lie in folders by what they test (docs/layout.md): tests/model, tests/training (its folders the training
+# package's subpackages), tests/lab and tests/repository; none is a package, so pytest imports each file by its name
+# (the names are unique: tests/repository/test_test_groups.py). With every folder on the path, a file takes another's
+# helpers by that name from any folder (`from test_docs import fenced_blocks`), and a single file run alone too.
+TEST_FOLDERS = sorted({path.parent for path in Path(__file__).parent.rglob("test_*.py")})
+sys.path.extend(str(folder) for folder in TEST_FOLDERS if str(folder) not in sys.path)
+
 
 @pytest.fixture(scope="session")
 def tokenizer():

@@ -33,7 +33,7 @@ as skipped. The cells run the most telling first, whatever the order of the argu
 largest size first, training and padded inference (the paths with targets) before dense. The issue's targets, at
 `base`: training ≥ 1.3× BERT's tokens/s and ≥ 0.40 of the peak, padded inference ≥ 1.5× BERT's tokens/s; judged on
 the eager cells' medians, with the compiled cell beside where it does better. Nothing here asserts a time; `--device
-cpu` runs the same code on a CPU (tests/test_gpu_benchmark.py). `render` (or `markdown`) writes the report of a
+cpu` runs the same code on a CPU (tests/lab/test_gpu_benchmark.py). `render` (or `markdown`) writes the report of a
 saved JSON record again.
 """
 

@@ -31,7 +31,7 @@ DISTRIBUTION = "sinusoidal-encoder"
 # The extra of pyproject.toml's [project.optional-dependencies] that installs each top-level module a command may
 # import beyond the base install (torch, transformers, safetensors and what they bring: huggingface_hub, tokenizers,
 # tqdm, jinja2, numpy). `integrations` holds `onnx`'s modules too; `all` holds every extra.
-# tests/test_packaging.py checks this against pyproject.toml.
+# tests/repository/test_packaging.py checks this against pyproject.toml.
 EXTRA_OF_MODULE = {
     "accelerate": "training",
     "datasets": "training",

@@ -177,7 +177,7 @@ def test_sentence_transformers_loads_an_exported_folder(tmp_path, tokenizer):
 def test_similarity_check_scores_are_cosines_of_mean_pooled_embeddings(tmp_path, tokenizer):
     """benchmarks/sentence_embeddings/run.py on an exported folder: one (paraphrase, unrelated) pair of cosine
     similarities per hand-checked triple, equal to transformer + mean pooling done by hand. (Whether a model ranks the
-    paraphrases first depends on its training: tests/test_sentence_embeddings.py tests that.)"""
+    paraphrases first depends on its training: tests/training/stages/test_sentence_embeddings.py tests that.)"""
     pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
     from benchmarks.sentence_embeddings import run as similarity_check
     from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files

@@ -66,8 +66,8 @@ def test_nothing_is_added_to_the_embeddings(encoding):
 @pytest.mark.parametrize("factor", [1.0, 0.5])
 def test_rotary_rotates_each_pair_by_the_encodings_block_rotation(factor):
     """The rotation rotary applies at position p is the 2×2 block rotation R(p) that takes the sinusoidal encoding
-    of the rotated size r from position 0 to p (tests/test_encoding.py's R(k)), pair by pair, the same frequencies;
-    the dimensions past r and the values are untouched."""
+    of the rotated size r from position 0 to p (tests/model/test_encoding.py's R(k)), pair by pair, the same
+    frequencies; the dimensions past r and the values are untouched."""
     config = tiny_config(position_encoding="rotary", partial_rotary_factor=factor)
     num_heads, head_dim = 4, 8
     r = int(head_dim * factor)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 PYTHON_LANGUAGES = {"python", "py"}
 SHELL_LANGUAGES = {"bash", "sh", "shell"}

@@ -5,7 +5,7 @@ pipeline for a classifier) answers `/embeddings` and `/classify` on loopback, an
 answering, multiple choice) load the ONNX exports; both answers equal the package's own outputs within float
 tolerance. Both engines pin transformers 4.x, so they run in their own environment, .venv-serving, which
 scripts/setup_test_environments.sh builds (scripts/test.sh calls it); without it the tests skip. docs/serving.md
-shows the same commands, run in the suite by tests/test_docs.py."""
+shows the same commands, run in the suite by tests/repository/test_docs.py."""
 
 from __future__ import annotations
 
@@ -182,7 +182,12 @@ def test_optimum_loads_the_onnx_exports_with_the_packages_outputs(folders, token
         )
     )
     proc = subprocess.run(
-        [str(SERVING / "bin" / "python"), str(REPO / "tests" / "serving_check.py"), str(request), str(answer)],
+        [
+            str(SERVING / "bin" / "python"),
+            str(REPO / "tests" / "model" / "serving_check.py"),
+            str(request),
+            str(answer),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,5 +1,5 @@
-"""Run by tests/test_serving.py in .venv-serving (Optimum pins transformers 4.x): loads the package's ONNX exports
-with Optimum's ONNX Runtime classes, feeds each the inputs of the request, and writes the outputs it names.
+"""Run by tests/model/test_serving.py in .venv-serving (Optimum pins transformers 4.x): loads the package's ONNX
+exports with Optimum's ONNX Runtime classes, feeds each the inputs of the request, and writes the outputs it names.
 
     python serving_check.py REQUEST.json ANSWER.json
 

@@ -87,8 +87,8 @@ def test_an_output_folder_that_is_a_file_or_the_student_is_refused(tmp_path):
 
 def test_a_missing_extra_is_named_before_any_work(monkeypatch):
     """Without sentence-transformers (the `integrations` extra) or datasets (the `training` extra), building the
-    configuration ends in one line naming the extra, after the flags' own checks (tests/test_packaging.py runs the
-    console script of an installed wheel without the extras)."""
+    configuration ends in one line naming the extra, after the flags' own checks (tests/repository/test_packaging.py
+    runs the console script of an installed wheel without the extras)."""
     for missing, extra in ((("sentence_transformers", "datasets"), "integrations"), (("datasets",), "training")):
         with monkeypatch.context() as hiding:
             for module in missing:

@@ -353,8 +353,7 @@ def test_readme_blocks_run_from_an_installed_wheel_outside_the_checkout(tmp_path
     """README's Python blocks work from an installed wheel, outside any checkout: each block that README runs, run
     by the wheel's environment (the base install: its extras hidden) in a folder outside the checkout, passes,
     reaches the shipped tokenizer by its public name, and writes only under that folder's `outputs/`."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from test_docs import fenced_blocks
+    from test_docs import fenced_blocks  # tests/repository/test_docs.py (tests/conftest.py puts it on the path)
 
     blocks = [block for block in fenced_blocks(REPO / "README.md") if block.runs and block.language == "python"]
     assert blocks and any("SHIPPED_TOKENIZER" in block.code for block in blocks)

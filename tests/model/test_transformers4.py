@@ -69,7 +69,7 @@ def test_saved_folders_load_on_transformers_4_with_the_same_outputs(tmp_path):
     saved_folders(tmp_path / "models")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules"), "PYTHONPATH": ""}
     proc = subprocess.run(
-        [str(TF4_PYTHON), str(REPO / "tests" / "transformers4_check.py"), str(tmp_path / "models")],
+        [str(TF4_PYTHON), str(REPO / "tests" / "model" / "transformers4_check.py"), str(tmp_path / "models")],
         capture_output=True,
         text=True,
         timeout=600,

@@ -5,7 +5,7 @@ its entry of `positions.POSITION_ENCODINGS` alone; a new
 field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
 `eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class, its `AUTO_MAP`
 line and its task package) is shown by span classification, added that way, and the tests that run over the task
-table and `AUTO_MAP`: tests/test_finetuning_tasks.py, test_auto_and_save.py, test_onnx.py."""
+table and `AUTO_MAP`: tests/training/tasks/test_finetuning_tasks.py, test_auto_and_save.py, test_onnx.py."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import torch
 import yaml
 from conftest import (
     PRETRAIN,
+    REPO,
     TINY,
     VOCAB_SIZE,
     FakeHfApi,
@@ -492,7 +493,7 @@ def test_fsdp_config_on_cpu_fails_instead_of_silently_replicating(tmp_path, corp
         ACCELERATE,
         "launch",
         "--config_file",
-        str(Path(__file__).parents[1] / "training" / "accelerate_configs" / "fsdp.yaml"),
+        str(REPO / "training" / "accelerate_configs" / "fsdp.yaml"),
         "--num_processes",
         "2",
         "--mixed_precision",

@@ -144,14 +144,14 @@ def test_bad_arguments_get_one_line(tmp_path, args, message):
 # the reports
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="5">
-<testcase classname="tests.test_gpu" name="test_sdpa_on_cuda_equals_the_cpu" time="0.5"/>
-<testcase classname="tests.test_gpu" name="test_ddp_with_the_multi_gpu_config" time="0.0">
+<testcase classname="tests.model.test_gpu" name="test_sdpa_on_cuda_equals_the_cpu" time="0.5"/>
+<testcase classname="tests.model.test_gpu" name="test_ddp_with_the_multi_gpu_config" time="0.0">
 <skipped type="pytest.skip" message="needs 2 CUDA GPUs, found 1">skip</skipped></testcase>
-<testcase classname="tests.test_gpu" name="test_fsdp_trains" time="0.0">
+<testcase classname="tests.model.test_gpu" name="test_fsdp_trains" time="0.0">
 <skipped type="pytest.skip" message="needs 2 CUDA GPUs, found 1">skip</skipped></testcase>
-<testcase classname="tests.test_gpu" name="test_flash_attention_varlen_equals_sdpa[dtype0]" time="0.0">
+<testcase classname="tests.model.test_gpu" name="test_flash_attention_varlen_equals_sdpa[dtype0]" time="0.0">
 <skipped type="pytest.skip" message="could not import 'flash_attn': flash-attn is not installed">s</skipped></testcase>
-<testcase classname="tests.test_gpu" name="test_bf16_training" time="3.0"><failure message="boom">x</failure>
+<testcase classname="tests.model.test_gpu" name="test_bf16_training" time="3.0"><failure message="boom">x</failure>
 </testcase></testsuite></testsuites>"""
 
 

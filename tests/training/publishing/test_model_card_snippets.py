@@ -1,7 +1,7 @@
 """The exported model card's code runs as written: the package-installed block with the package, the
 `trust_remote_code` block without it, the pipeline example both ways; it names the folder by its name, never by a
 path of the machine; and after `publish.py` it names the Hub id. (README's and the documentation's blocks:
-tests/test_docs.py.)"""
+tests/repository/test_docs.py.)"""
 
 from __future__ import annotations
 

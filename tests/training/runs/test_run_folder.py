@@ -1,6 +1,7 @@
 """The output folder is the user's (run_folder.py): a folder holding anything but this run's files is refused before
 any work unless `--overwrite_output_dir` empties it; a resume is the same run or refused, naming every setting that
-differs; one run writes a folder at a time (SIGTERM, which ends training like Ctrl-C: tests/test_pretraining.py)."""
+differs; one run writes a folder at a time (SIGTERM, which ends training like Ctrl-C:
+tests/training/stages/test_pretraining.py)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """FSDP2 on two CPU processes (gloo) with the sharding of training/accelerate_configs/fsdp.yaml: training, a sharded
-checkpoint, resume, and an exported folder equal to the unsharded model's training (tests/fsdp_cpu_worker.py).
+checkpoint, resume, and an exported folder equal to the unsharded model's training
+(tests/training/runs/fsdp_cpu_worker.py).
 
 accelerate 1.15 cannot run FSDP on CPUs (it enables FSDP for GPU-like devices only; the scripts refuse such a launch,
-tests/test_pretraining.py), so the worker drives torch's `fully_shard` and torch.distributed.checkpoint directly:
-what accelerate calls for `fsdp_version: 2`. The `accelerate launch` FSDP path itself is in tests/test_gpu.py."""
+tests/training/stages/test_pretraining.py), so the worker drives torch's `fully_shard` and torch.distributed.checkpoint
+directly: what accelerate calls for `fsdp_version: 2`. The `accelerate launch` FSDP path itself is in
+tests/model/test_gpu.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ this repository (`benchmarks/gpu.py`, `docs/model.md`), a README section cited b
 module run with `python -m`: each is looked up. A measured figure in the prose of the pages (a time, a speed, a loss,
 a share) carries the date of its measurement, and for a time or a speed its machine, unless docs/tables.py writes or
 checks it from a committed result file. (Flags documented for a command are checked against its `--help` in
-tests/test_run_config.py; links between pages by `mkdocs build --strict` in tests/test_docs.py.)"""
+tests/training/configs/test_run_config.py; links between pages by `mkdocs build --strict` in
+tests/repository/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -89,14 +90,14 @@ def test_named_paths_are_found_and_placeholders_left_out(text, expected):
 # measured figures in prose (they come from the committed result files, as the tables do, or carry their date and
 # machine)
 #
-# The convention. A measured figure in the prose of README.md, model_card.md and docs/*.md stands in a paragraph,
-# list item or hand-written table that names the date of its measurement (2026-11-27, or 2026-11), and for a time or
-# a speed the machine too (2 CPU cores, an NVIDIA H200), or it is one that docs/tables.py writes or checks: inside a
-# table region, or one of README's "Results" figures (`readme_figures`, checked against their source files by
-# tests/test_docs.py). A list or a hand-written table also takes the date and machine of the paragraph that leads in
-# to it ("**Findings** (runs of 2026-11-26 on 2 CPU cores)"), with nothing but code blocks or a table region between.
-# Code blocks (commands, printed output) and HTML comments (the reasons of `<!-- not run: ... -->`) are not prose;
-# CHANGELOG.md is dated by its releases.
+# The convention. A measured figure in the prose of README.md, model_card.md and docs/*.md stands in a paragraph, list
+# item or hand-written table that names the date of its measurement (2026-11-27, or 2026-11), and for a time or a speed
+# the machine too (2 CPU cores, an NVIDIA H200), or it is one that docs/tables.py writes or checks: inside a table
+# region, or one of README's "Results" figures (`readme_figures`, checked against their source files by
+# tests/repository/test_docs.py). A list or a hand-written table also takes the date and machine of the paragraph that
+# leads in to it ("**Findings** (runs of 2026-11-26 on 2 CPU cores)"), with nothing but code blocks or a table region
+# between. Code blocks (commands, printed output) and HTML comments (the reasons of `<!-- not run: ... -->`) are not
+# prose; CHANGELOG.md is dated by its releases.
 
 FIGURE_PAGES = ("README.md", "model_card.md", "docs/*.md")  # not docs/api (docstrings) nor docs/changelog.md
 NUMBER = r"(?<![\w.])\d[\d,]*(?:\.\d+)?"  # 9, 9,000, 2.71; not the 10 of 1e-10 or of v1.10

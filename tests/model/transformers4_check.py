@@ -1,8 +1,8 @@
-"""Run by tests/test_transformers4.py with the Python of a transformers 4.x environment, where sinusoidal_encoder
+"""Run by tests/model/test_transformers4.py with the Python of a transformers 4.x environment, where sinusoidal_encoder
 is not installed: load every folder that the package saved with `trust_remote_code=True` and report the largest
 difference from the outputs the package computed under transformers 5.
 
-    python tests/transformers4_check.py FOLDER     # FOLDER holds reference.pt and one sub-folder per model
+    python tests/model/transformers4_check.py FOLDER     # FOLDER holds reference.pt and one sub-folder per model
 """
 
 from __future__ import annotations

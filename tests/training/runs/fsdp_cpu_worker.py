@@ -1,14 +1,14 @@
-"""One process of tests/test_fsdp_cpu.py: trains the tiny masked-LM model under FSDP2 on CPU processes (gloo), with
-the sharding of training/accelerate_configs/fsdp.yaml (full shard, each `SinusoidalEncoderLayer` its own unit, then
-the root), saves and loads sharded checkpoints with torch.distributed.checkpoint, and exports the gathered weights as
-a `save_pretrained` folder of the plain model.
+"""One process of tests/training/runs/test_fsdp_cpu.py: trains the tiny masked-LM model under FSDP2 on CPU processes
+(gloo), with the sharding of training/accelerate_configs/fsdp.yaml (full shard, each `SinusoidalEncoderLayer` its own
+unit, then the root), saves and loads sharded checkpoints with torch.distributed.checkpoint, and exports the gathered
+weights as a `save_pretrained` folder of the plain model.
 
 accelerate 1.15 enables FSDP on GPU-like devices only (a CPU launch runs as plain data parallel, which the training
 scripts refuse under an FSDP configuration), so this worker drives torch's FSDP2 itself: the same `fully_shard`
 calls and state-dict functions accelerate uses for `fsdp_version: 2`.
 
-    torchrun --nproc_per_node 2 tests/fsdp_cpu_worker.py --steps 6 --export OUT [--save_at 3 --checkpoint DIR]
-    torchrun --nproc_per_node 2 tests/fsdp_cpu_worker.py --steps 6 --export OUT --resume DIR
+    torchrun --nproc_per_node 2 tests/training/runs/fsdp_cpu_worker.py --steps 6 --export OUT [--save_at 3 --checkpoint DIR]
+    torchrun --nproc_per_node 2 tests/training/runs/fsdp_cpu_worker.py --steps 6 --export OUT --resume DIR
 """
 
 from __future__ import annotations

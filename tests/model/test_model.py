@@ -207,8 +207,8 @@ def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
 def test_the_varlen_kernel_path_gives_the_padded_batchs_outputs_and_gradients(monkeypatch, dtype):
     """The packed layout handed to `varlen_attn` (the CPU stand-in above): the masked-LM logits and the gradients of
     every weight equal those of the padded batch attended by sdpa, up to half-precision rounding. (fp16 gradients
-    are compared on a GPU, tests/test_gpu.py: on the CPU, fp16 LayerNorm of the unpadded path's zero rows at padding
-    underflows its epsilon and gives NaN there.)"""
+    are compared on a GPU, tests/model/test_gpu.py: on the CPU, fp16 LayerNorm of the unpadded path's zero rows at
+    padding underflows its epsilon and gives NaN there.)"""
     calls = []
     monkeypatch.setattr(fast_paths, "varlen_attn", _varlen_stand_in(calls))
     monkeypatch.setattr(fast_paths, "runs_flash_attention", lambda device: True)

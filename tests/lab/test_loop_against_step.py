@@ -64,7 +64,7 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
     """`--torch_compile` compiles the bare step and the loop with the same backend, mode and dynamic shapes, each
     from nothing: the loop's graphs are counted, and the inductor caches are left as they were. The backend is
     dynamo's `eager` (the capture alone: inductor's C++ compilation would take minutes on a CPU, and
-    tests/test_compile.py checks the loop under aot_eager)."""
+    tests/model/test_compile.py checks the loop under aot_eager)."""
     from accelerate import Accelerator
     from torch._dynamo.utils import counters
 

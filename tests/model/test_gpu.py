@@ -4,7 +4,7 @@ resume), the multi-GPU and FSDP configurations, and FSDP checkpoint + resume.
 
 Run them with `bash scripts/test_gpu.sh RESULTS_DIR` on a machine with a GPU (the multi-GPU and FSDP tests need
 two). Without CUDA every test here skips, with the reason; the CPU suite covers the rest (the packed layout and the
-dispatch with stand-in kernels: tests/test_model.py)."""
+dispatch with stand-in kernels: tests/model/test_model.py)."""
 
 from __future__ import annotations
 
