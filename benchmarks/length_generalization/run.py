@@ -600,6 +600,51 @@ def _with_spread(values: list[float]) -> str:
 
 
 POSITION_OPTIONS = ("shipped", "ordered_subset", "stratified", "offset", "rotary", "alibi")  # our arms with positions
+PAPER_TARGETS = {"behind_rotary": 0.25, "gap_share": 0.8, "rise_at_4x": 0.5}  # issue 54's, against rotary
+
+
+def paper_encoding_targets(summary: dict) -> list[dict[str, Any]]:
+    """Issue 54's targets for every arm that takes its positions from the paper's PE(pos) alone (`SINUSOIDAL_ARMS`),
+    against rotary of the same run, on the means over seeds: its loss at the training length at most
+    `behind_rotary` nats above rotary's; its order gap there at least `gap_share` of rotary's; its loss at 4× the
+    training length at most `rise_at_4x` nats above its own at the training length; and, where both were fine-tuned,
+    its accuracy on each downstream task at least rotary's minus the seeds' spread (the larger of the two arms'
+    max − min). One row per arm: each figure and whether it met its target (None: not measured)."""
+    arms, train = summary["arms"], str(summary["train_length"])
+    four = str(4 * summary["train_length"])
+    if "rotary" not in arms:
+        return []
+    rotary = arms["rotary"]
+    rows = []
+    for arm in (arm for arm in SINUSOIDAL_ARMS if arm in arms):
+        data = arms[arm]
+        behind = _mean(data["loss"][train]) - _mean(rotary["loss"][train])
+        share = _mean(data["order_gap"][train]) / _mean(rotary["order_gap"][train])
+        row: dict[str, Any] = {
+            "arm": arm,
+            "behind_rotary": (behind, behind <= PAPER_TARGETS["behind_rotary"]),
+            "gap_share": (share, share >= PAPER_TARGETS["gap_share"]),
+            "rise_at_4x": (None, None),
+        }
+        if four in data["loss"]:
+            rise = _mean(data["loss"][four]) - _mean(data["loss"][train])
+            row["rise_at_4x"] = (rise, rise <= PAPER_TARGETS["rise_at_4x"])
+        for task in DOWNSTREAM_TASKS:
+            ours = (data["finetune"] or {}).get(task)
+            theirs = (rotary["finetune"] or {}).get(task)
+            if not (ours and theirs):
+                row[task] = (None, None)
+                continue
+            spread = max(max(s["accuracy"]) - min(s["accuracy"]) for s in (ours, theirs))
+            difference = _mean(ours["accuracy"]) - _mean(theirs["accuracy"])
+            row[task] = (difference, difference >= -spread)
+        rows.append(row)
+    return rows
+
+
+def _judged(value: tuple[float | None, bool | None], form: str) -> str:
+    figure, met = value
+    return "not measured" if figure is None else f"{figure:{form}} ({'met' if met else '**missed**'})"
 
 
 def targets(summary: dict) -> list[tuple[str, str, bool]]:
@@ -731,6 +776,29 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
             cells = ["" if value is None else f"{value:.3f}" for value in found]
             if any(cells):
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    judged = paper_encoding_targets(summary)
+    if judged:
+        lines += [
+            "",
+            "The paper's PE against rotary (issue 54's targets, means over the seeds): loss at the training length "
+            f"at most {PAPER_TARGETS['behind_rotary']} nats above rotary's, order gap there at least "
+            f"{PAPER_TARGETS['gap_share']} of rotary's, loss at 4× the training length at most "
+            f"+{PAPER_TARGETS['rise_at_4x']} above its own at the training length, downstream accuracy at least "
+            "rotary's minus the seeds' spread:",
+            "",
+            "| arm | loss behind rotary | order gap / rotary's | loss at 4× − at 1× | "
+            + " | ".join(f"{task} accuracy − rotary's" for task in DOWNSTREAM_TASKS)
+            + " |",
+            "|---|---|---|---|" + "---|" * len(DOWNSTREAM_TASKS),
+        ]
+        for row in judged:
+            cells = [
+                _judged(row["behind_rotary"], "+.3f"),
+                _judged(row["gap_share"], ".2f"),
+                _judged(row["rise_at_4x"], "+.3f"),
+                *(_judged(row[task], "+.3f") for task in DOWNSTREAM_TASKS),
+            ]
+            lines.append(f"| {ARMS[row['arm']]} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -153,6 +153,40 @@ def test_targets_judge_the_best_option_at_four_times_the_training_length():
     assert lg.targets(summary) == []
 
 
+def test_the_papers_pe_is_judged_against_rotary_on_issue_54s_targets():
+    def arm(losses, gaps, library=None, order=None):
+        tuned = {task: {"accuracy": acc} for task, acc in (("library", library), ("order", order)) if acc}
+        return {
+            "loss": {n: list(v) for n, v in losses.items()},
+            "order_gap": {n: list(v) for n, v in gaps.items()},
+            "finetune": tuned or None,
+        }
+
+    summary = {
+        "train_length": 128,
+        "lengths": [128, 512],
+        "arms": {
+            "rotary": arm({"128": (3.2, 3.4), "512": (3.4, 3.4)}, {"128": (5.0, 5.0)}, (0.80, 0.84), (0.82, 0.80)),
+            "tupe_offset": arm(
+                {"128": (3.5, 3.5), "512": (3.6, 3.6)}, {"128": (4.5, 4.5)}, (0.79, 0.81), (0.70, 0.72)
+            ),
+            "shipped": arm({"128": (4.3, 4.3), "512": (6.0, 6.0)}, {"128": (2.5, 2.5)}),
+        },
+    }
+    rows = {row["arm"]: row for row in lg.paper_encoding_targets(summary)}
+    assert list(rows) == ["shipped", "tupe_offset"]  # the paper's PE alone, in the study's order; rotary is the bar
+    assert rows["tupe_offset"]["behind_rotary"] == (pytest.approx(0.2), True)
+    assert rows["tupe_offset"]["gap_share"] == (pytest.approx(0.9), True)
+    assert rows["tupe_offset"]["rise_at_4x"] == (pytest.approx(0.1), True)
+    assert rows["tupe_offset"]["library"] == (pytest.approx(-0.02), True)  # within the spread (0.04)
+    assert rows["tupe_offset"]["order"] == (pytest.approx(-0.10), False)  # beyond it (0.02)
+    assert rows["shipped"]["behind_rotary"][1] is False
+    assert rows["shipped"]["rise_at_4x"] == (pytest.approx(1.7), False)
+    assert rows["shipped"]["library"] == (None, None)  # not fine-tuned: not measured
+    del summary["arms"]["rotary"]
+    assert lg.paper_encoding_targets(summary) == []
+
+
 def test_extension_report_judges_the_mean_over_seeds_and_shows_their_spread(tmp_path):
     config = ce.ContextExtensionConfig(
         study_dir=str(tmp_path), output_dir=str(tmp_path), arms=["shipped"], seeds=[42, 43], length=512
