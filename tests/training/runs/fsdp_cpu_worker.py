@@ -7,8 +7,9 @@ accelerate 1.15 enables FSDP on GPU-like devices only (a CPU launch runs as plai
 scripts refuse under an FSDP configuration), so this worker drives torch's FSDP2 itself: the same `fully_shard`
 calls and state-dict functions accelerate uses for `fsdp_version: 2`.
 
-    torchrun --nproc_per_node 2 tests/training/runs/fsdp_cpu_worker.py --steps 6 --export OUT [--save_at 3 --checkpoint DIR]
-    torchrun --nproc_per_node 2 tests/training/runs/fsdp_cpu_worker.py --steps 6 --export OUT --resume DIR
+    torchrun --nproc_per_node 2 tests/training/runs/fsdp_cpu_worker.py FLAGS    # FLAGS one of:
+        --steps 6 --export OUT [--save_at 3 --checkpoint DIR]
+        --steps 6 --export OUT --resume DIR
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import torch
 from accelerate import Accelerator
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
 from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
 
 
 def make_loaders(

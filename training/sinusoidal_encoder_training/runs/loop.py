@@ -14,10 +14,15 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
 from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated, UsageError
-from sinusoidal_encoder_training.runs.compilation import compile_line, keep_gradients, mark_cuda_graph_step, uses_cuda_graphs
 from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
+from sinusoidal_encoder_training.runs.compilation import (
+    compile_line,
+    keep_gradients,
+    mark_cuda_graph_step,
+    uses_cuda_graphs,
+)
 from sinusoidal_encoder_training.runs.disk_space import check_free_space
 from sinusoidal_encoder_training.runs.divergence import LossWatch
 from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics

@@ -27,9 +27,9 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.atomic import clean_leftovers, is_temporary
 from sinusoidal_encoder_training.runs.checkpoints import CHECKPOINT_PATTERN, RUN_FILE, checkpoints_dir
-from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.metrics_log import write_json
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from sinusoidal_encoder_training.runs.checkpoints import resolve_checkpoint
 from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated
 from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.checkpoints import resolve_checkpoint
 
 
 class StopAgreement:
