@@ -1,4 +1,4 @@
-"""The corpus of a run (`DataConfig`): the Hub, local files (checked before any work by `data_files`), a stream,
+"""The corpus of a run (`DataConfig`): the Hub, local files (checked before any work by `data.files`), a stream,
 or the built-in corpus."""
 
 from __future__ import annotations

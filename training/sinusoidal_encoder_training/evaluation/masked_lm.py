@@ -1,5 +1,5 @@
 """Evaluation as a library: what a masked-LM model scores on masked blocks, for the training loop (pretraining's
-evaluation), the evaluate command (`model_evaluation`) and the lab. `MaskedLMEvaluation` is a plain callable:
+evaluation), the evaluate command (`stages.evaluate`) and the lab. `MaskedLMEvaluation` is a plain callable:
 `MaskedLMEvaluation(unigram_log_probs, order_seed)(model, batches)` gives the metrics (`eval_loss`,
 `eval_perplexity`, `eval_unigram_loss`, `eval_order_gap`, `eval_masked_tokens`).
 
