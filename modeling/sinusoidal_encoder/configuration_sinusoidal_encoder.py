@@ -1,7 +1,7 @@
 """Configuration of the sinusoidal Transformer encoder.
 
 This file is copied as-is into Hub repositories: it imports only the standard library, public transformers API and
-its sibling `positions.py`.
+its siblings `positions.py` and `position_modes.py`.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         classifier_dropout (`float`, *optional*): dropout of the classification heads; `hidden_dropout_prob` if unset.
         classifier_pooling (`str`, defaults to `"cls"`): how sequence-level heads pool the tokens: `"cls"` (the first
             token) or `"mean"` (the mean over tokens that the attention mask keeps).
+        max_span_width (`int`, defaults to 8): the span-classification head scores every span of up to this many
+            tokens.
         position_encoding_base (`float`, defaults to 10000.0): the base of the wavelengths, PE(pos, 2i) =
             sin(pos / base^(2i/d)); with `position_encoding="rotary"`, that of the rotation angles.
         scale_embeddings (`bool`, defaults to `True`): multiply token embeddings by √hidden_size, as the paper does.
@@ -75,7 +77,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             model; inputs up to the training length attend fully, exactly as in training. None (the default) turns it
             off. Windowed long inputs use a `(T, T)` mask with sdpa or eager attention (not with flash attention).
         position_mode (`str`, defaults to `"consecutive"`): which positions a sequence gets when no `position_ids`
-            are passed (`positions.py` holds one function per mode):
+            are passed (`position_modes.py` holds one function per mode):
             - `"consecutive"`: 0…T-1, the paper's.
             - `"random_offset"`: in training, each sequence's positions start at an offset drawn uniformly from
               0…`max_position_offset`, so that the model meets positions beyond its training length without training
@@ -155,6 +157,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         pad_token_id: int | None = 0,
         classifier_dropout: float | None = None,
         classifier_pooling: str = "cls",
+        max_span_width: int = 8,
         position_encoding_base: float = POSITION_DEFAULTS["position_encoding_base"],
         scale_embeddings: bool = True,
         norm_first: bool = False,
@@ -185,6 +188,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         self.pad_token_id = pad_token_id
         self.classifier_dropout = classifier_dropout
         self.classifier_pooling = classifier_pooling
+        self.max_span_width = max_span_width
         self.position_encoding_base = position_encoding_base
         self.scale_embeddings = scale_embeddings
         self.norm_first = norm_first
@@ -213,6 +217,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             "num_attention_heads",
             "intermediate_size",
             "max_position_embeddings",
+            "max_span_width",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -14,7 +14,7 @@ release:
 - transformers 4.x, which lacks `create_bidirectional_mask`.
 
 This file is copied as-is into Hub repositories with the model: it imports only the standard library, torch, public
-transformers API and its sibling `positions.py`.
+transformers API and its siblings `positions.py` and `position_modes.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from .configuration_sinusoidal_encoder import AUTO_MAP
-from .positions import AttentionPositions, Positions
+from .position_modes import Positions
+from .positions import AttentionPositions
 
 try:  # transformers >= 4.58
     from transformers.masking_utils import create_bidirectional_mask

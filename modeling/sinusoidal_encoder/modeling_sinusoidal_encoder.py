@@ -8,11 +8,11 @@ so it is exact in every dtype, defined at every position (no length cap), and ca
 overwritten when transformers builds a model on the meta device and loads weights into it.
 
 This file is the architecture, top to bottom: embeddings, attention, feed-forward, layer, stack, pooler and LM head,
-the base model, the heads. Its siblings hold the rest, each function named where it is used: `positions.py` which
-positions tokens get and how they enter the model, `fast_paths.py` the machine-specific fast paths and the code for
-transformers' attention implementations and older releases, `inputs.py` the checks of what a forward pass is given,
-`losses.py` the heads' losses. All of them are copied as-is into Hub repositories: they import only the standard
-library, torch, public transformers API and each other.
+the base model, the heads. Its siblings hold the rest, each function named where it is used: `position_modes.py`
+which positions tokens get, `positions.py` how they enter the model, `fast_paths.py` the machine-specific fast paths
+and the code for transformers' attention implementations and older releases, `inputs.py` the checks of what a
+forward pass is given, `losses.py` the heads' losses. All of them are copied as-is into Hub repositories: they import
+only the standard library, torch, public transformers API and each other.
 """
 
 from __future__ import annotations
@@ -54,16 +54,15 @@ from .fast_paths import (
 )
 from .inputs import check_inputs, require_one_of, selected_hidden_states
 from .losses import answer_span_loss, classification_loss, masked_lm_loss, multi_label_loss, sequence_problem_type
+from .position_modes import default_positions, select_positions
 from .positions import (
     adds_to_embeddings,
     attention_positions,
     attention_scaling,
-    default_positions,
     encode_positions,
     encoding_sum,
     learned_positions,
     rotate_queries_and_keys,
-    select_positions,
     sinusoidal_position_encoding,
 )
 
@@ -73,8 +72,8 @@ logger = logging.get_logger(__name__)
 class SinusoidalEncoderEmbeddings(nn.Module):
     """Token embedding × √d plus the sinusoidal encoding of the positions, then dropout (the paper has no LayerNorm
     here; `"scaled_sinusoidal"` scales PE by a learned scalar and adds one: `add_encoding`). Which positions a token
-    gets is the position mode's choice (`positions.py`). With `position_mode="none"`, or a `position_encoding` that
-    acts inside attention (`"rotary"`, `"alibi"`, `"tupe"`), no position is added here."""
+    gets is the position mode's choice (`position_modes.py`). With `position_mode="none"`, or a `position_encoding`
+    that acts inside attention (`"rotary"`, `"alibi"`, `"tupe"`), no position is added here."""
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__()
@@ -750,7 +749,7 @@ class SinusoidalEncoderForMultipleChoice(SinusoidalEncoderPreTrainedModel):
 
 class SinusoidalEncoderForSpanClassification(SinusoidalEncoderPreTrainedModel):
     """The encoder with a span-categorisation head (as spaCy's spancat): every span of up to `config.max_span_width`
-    tokens (8 when the config does not set it) gets a score per label from the states of its first and last tokens;
+    tokens gets a score per label from the states of its first and last tokens;
     a span may have several labels or none, and spans may nest or overlap. `logits` is `(batch, seq_len, width,
     num_labels)`: `[b, i, w]` scores the tokens i…i+w; a span that runs past the sequence or onto a masked token
     scores -1e4 (never predicted)."""
@@ -758,7 +757,7 @@ class SinusoidalEncoderForSpanClassification(SinusoidalEncoderPreTrainedModel):
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.max_span_width = getattr(config, "max_span_width", 8)
+        self.max_span_width = config.max_span_width
         self.model = SinusoidalEncoderModel(config)
         self.dropout = nn.Dropout(_classifier_dropout(config))
         self.start_classifier = nn.Linear(config.hidden_size, config.num_labels)

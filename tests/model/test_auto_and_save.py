@@ -123,7 +123,8 @@ def test_round_trip_through_auto_class(tmp_path, auto_name, variant):
 def test_saved_folder_is_hub_ready(tmp_path):
     se.SinusoidalEncoderForMaskedLM(head_config()).save_pretrained(tmp_path)
     files = set(os.listdir(tmp_path))
-    assert {"modeling_sinusoidal_encoder.py", "configuration_sinusoidal_encoder.py", "positions.py"} < set(MODEL_FILES)
+    model_files = {"modeling_sinusoidal_encoder.py", "configuration_sinusoidal_encoder.py", "positions.py"}
+    assert model_files | {"position_modes.py", "losses.py"} < set(MODEL_FILES)
     assert {"config.json", "model.safetensors", *MODEL_FILES} <= files
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "sinusoidal_encoder"
@@ -136,8 +137,8 @@ def test_saved_folder_is_hub_ready(tmp_path):
         absolute, relative = imported_modules((tmp_path / name).read_text())
         assert absolute <= set(sys.stdlib_module_names) | {"torch", "transformers"}, (name, absolute)
         assert {f"{module}.py" for module in relative} <= set(MODEL_FILES), (name, relative)
-    positions = (tmp_path / "positions.py").read_text()  # the position modes: torch alone
-    assert imported_modules(positions)[0] <= set(sys.stdlib_module_names) | {"torch"}
+    for name in ("positions.py", "position_modes.py"):  # the position encodings and modes: torch alone
+        assert imported_modules((tmp_path / name).read_text())[0] <= set(sys.stdlib_module_names) | {"torch"}, name
 
 
 HUB_LOADER = textwrap.dedent(

@@ -1,6 +1,6 @@
-"""The position modes of `positions.py`: the ordered subset (the randomized encoding of Ruoss et al., 2023) and the
-stratified draw in training and inference (with `position_inference="evenly_spaced"`: the middles of the cells), the
-training offset, no positions, and the checks of each mode's parameters."""
+"""The position modes of `position_modes.py`: the ordered subset (the randomized encoding of Ruoss et al., 2023) and
+the stratified draw in training and inference (with `position_inference="evenly_spaced"`: the middles of the cells),
+the training offset, no positions, and the checks of each mode's parameters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conftest import assert_rows_match_alone, padded_batch, random_ids, tiny_con
 from transformers import AutoModel
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder.positions import select_positions
+from sinusoidal_encoder.position_modes import select_positions
 
 SPAN = 200
 

@@ -1,5 +1,5 @@
 """The changes docs/layout.md says cost two or three files, made here in-process (registered, not edited in) and
-followed to where they act: a new position mode reaches the embeddings through `positions.POSITION_MODES` alone; a
+followed to where they act: a new position mode reaches the embeddings through `position_modes.POSITION_MODES` alone; a
 new way positions enter attention reaches every attention path, and the model card with its own description, through
 its entry of `positions.POSITION_ENCODINGS` alone; a new
 field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
@@ -18,16 +18,16 @@ import torch
 from conftest import padded_batch, tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder import positions
+from sinusoidal_encoder import position_modes, positions
 
 
-def doubled_positions(request: positions.PositionRequest) -> positions.Positions:
+def doubled_positions(request: position_modes.PositionRequest) -> position_modes.Positions:
     """A mode that is not in the package: positions 0, 2, 4, ... for every sequence."""
-    return positions.Positions(torch.arange(request.seq_len, device=request.device).unsqueeze(0) * 2, None)
+    return position_modes.Positions(torch.arange(request.seq_len, device=request.device).unsqueeze(0) * 2, None)
 
 
 def test_a_position_mode_registered_in_positions_reaches_the_embeddings(monkeypatch, tmp_path):
-    monkeypatch.setitem(positions.POSITION_MODES, "doubled", positions.PositionMode(doubled_positions))
+    monkeypatch.setitem(position_modes.POSITION_MODES, "doubled", position_modes.PositionMode(doubled_positions))
     model = se.SinusoidalEncoderModel(tiny_config(position_mode="doubled")).eval()
     reference = se.SinusoidalEncoderModel(tiny_config()).eval()
     reference.load_state_dict(model.state_dict())
@@ -74,7 +74,7 @@ def test_a_position_encoding_registered_in_positions_is_described_by_the_model_c
     from the config, its tag in the metadata, nothing of the paper's encoding and no pictures of it."""
     from sinusoidal_encoder_training.publishing.model_card import draw_pictures, render_model_card
 
-    card = positions.PositionCard(
+    card = position_modes.PositionCard(
         summary="distance buckets in attention (an encoding that is not in the package)",
         formula="h₀ = E[x]·√d\nattention: score(i, j) + b_h(bucket(|i − j|)) in each of {num_attention_heads} heads",
         note="The buckets are fixed.",

@@ -1,5 +1,5 @@
 """The model card describes the model its config makes: how positions enter it, in the words, formula, tags and
-pictures that the position registry carries for that scheme (`positions.PositionCard`: every encoding of
+pictures that the position registry carries for that scheme (`position_modes.PositionCard`: every encoding of
 `POSITION_ENCODINGS`, and each mode of `POSITION_MODES` that describes itself, as `"none"`), never another scheme's."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pytest
 from conftest import tiny_config
 
 import sinusoidal_encoder as se
-from sinusoidal_encoder.positions import POSITION_ENCODINGS, POSITION_MODES, position_card
+from sinusoidal_encoder.position_modes import POSITION_MODES
+from sinusoidal_encoder.positions import POSITION_ENCODINGS, position_card
 from sinusoidal_encoder_training.publishing.model_card import render_model_card
 
 # (name, the config fields that choose it, its card) for every registered scheme

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -30,13 +31,16 @@ def model_class_of(task: str) -> type:
 
 @pytest.mark.parametrize("task", EXPORTED)
 @pytest.mark.slow
-def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task):
+def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, monkeypatch, capsys, caplog):
+    """The command on a folder of each exported task (in-process: the console script's `main`, behind its front)."""
     model_class = model_class_of(task)
     model_class(tiny_config(max_position_embeddings=16, hidden_act="gelu")).save_pretrained(tmp_path / "model")
-    command = [sys.executable, str(REPO / "training" / "export_onnx.py"), str(tmp_path / "model"), "--task", task]
-    proc = subprocess.run([*command, "--no_check"], capture_output=True, text=True, timeout=600, env=env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "training mode" not in proc.stdout + proc.stderr  # exported as used: in eval mode (no dropout)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        status, out, err = export_command([tmp_path / "model", "--task", task, "--no_check"], monkeypatch, capsys)
+    assert status == 0, err[-3000:]
+    said = out + err + caplog.text + "".join(str(warning.message) for warning in warned)
+    assert "training mode" not in said  # exported as used: in eval mode (no dropout)
     path = tmp_path / "model" / "model.onnx"
     graph = onnx.load(str(path)).graph
     entry = TASKS[task]

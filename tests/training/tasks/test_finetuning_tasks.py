@@ -211,6 +211,25 @@ def test_span_data_of_another_shape_is_refused_in_one_line(tokenizer, pretrained
         span_classification.prepare(config, raw, tokenizer, AutoConfig.for_model("sinusoidal_encoder"))
 
 
+@pytest.mark.parametrize(("flag", "models", "expected"), [(None, 12, 12), (10, 12, 10), (None, None, 8)])
+def test_the_span_width_is_the_flags_else_the_models(tokenizer, pretrained, flag, models, expected):
+    """--max_span_width sets the head's `max_span_width`; without it the model's stays (what a folder was
+    fine-tuned with, or the config's default, 8), and the collator's candidates are that wide."""
+    from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
+
+    rows = span_rows()[:3]
+    raw = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(rows), "validation": datasets.Dataset.from_list(rows)}
+    )
+    train = str(EXAMPLES / "span_classification.jsonl")
+    settings = dict(task="span-classification", model_name_or_path=pretrained, output_dir="o", train_file=train)
+    config = FinetuningConfig(**settings, max_span_width=flag)
+    model_config = AutoConfig.for_model("sinusoidal_encoder", **({} if models is None else {"max_span_width": models}))
+    prepared = span_classification.prepare(config, raw, tokenizer, model_config)
+    assert model_config.max_span_width == expected
+    assert prepared.collate([prepared.train[0]])["labels"].shape[2] == expected
+
+
 def test_the_labels_of_a_batch_mark_each_span_of_the_text_and_nothing_else(tokenizer, pretrained):
     """The collator's labels: 1 at each labelled span's (first token, width, label), 0 at every other span within
     the text's tokens (nested spans both kept), -100 for spans touching a special token or padding, on either
@@ -225,11 +244,11 @@ def test_the_labels_of_a_batch_mark_each_span_of_the_text_and_nothing_else(token
     config = FinetuningConfig(
         task="span-classification", model_name_or_path=pretrained, output_dir="o", train_file=train
     )
-    encoded, cut = span_classification.encode(raw, tokenizer, config, ("text", "spans"), ["LOC", "ORG", "PER"])
+    encoded, cut = span_classification.encode(raw, tokenizer, config, ("text", "spans"), ["LOC", "ORG", "PER"], 8)
     assert cut == {}
     for side in ("right", "left"):
         tokenizer.padding_side = side
-        collate = span_classification.SpanCollator(tokenizer, config.max_span_width, 3)
+        collate = span_classification.SpanCollator(tokenizer, 8, 3)
         batch = collate(list(encoded["train"]))
         labels = batch["labels"]  # (2, T, W, 3)
         for row, example in enumerate(rows):
@@ -259,7 +278,9 @@ def other_value(flags: type, field: dataclasses.Field):
     ]
     if choices:
         return next(choice for choice in choices if choice != field.default)
-    return field.default + 1 if isinstance(field.default, int) else "b"
+    if int in typing.get_args(hint) or hint is int:  # a number, or None for the model's own
+        return (field.default or 0) + 1
+    return "b"
 
 
 TASK_FLAGS = {  # every task-data flag only some tasks read, from the task table, and a value other than its default

@@ -10,7 +10,7 @@ answers `--help` and refuses a bad value at once, before the libraries that do t
 
 from __future__ import annotations
 
-from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.distillation import (
     DEFAULT_TEACHER,
     DEFAULT_TEACHER_PACKAGE,
@@ -52,6 +52,8 @@ __all__ = [
     "EvaluationConfig",
     "FillMaskConfig",
     "FinetuningConfig",
+    "LanguageConfig",
+    "MaskingConfig",
     "OnnxExportConfig",
     "OutputConfig",
     "PretrainingConfig",

@@ -1,5 +1,6 @@
 """The corpus of a run (`DataConfig`): the Hub, local files (checked before any work by `data.files`), a stream,
-or the built-in corpus."""
+or the built-in corpus; its language, for the model card of a command that writes one (`LanguageConfig`); and how
+masked-LM batches are masked, for the commands that mask (`MaskingConfig`)."""
 
 from __future__ import annotations
 
@@ -57,13 +58,6 @@ class DataConfig(FlagConfig):
     preprocessing_num_workers: int | None = dataclasses.field(
         default=None, metadata={"help": "Processes for tokenisation (Dataset.map)."}
     )
-    language: str | None = dataclasses.field(
-        default=None,
-        metadata={
-            "help": "The language(s) of the data as ISO 639-1 codes, comma-separated (e.g. 'en' or 'de,fr'), for the "
-            "model card's `language:` (default: 'en' for the built-in data; none for other data)."
-        },
-    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,11 +95,41 @@ class DataConfig(FlagConfig):
                     f"--validation_file {self.validation_file!r} has the columns {other}, --train_file "
                     f"{self.train_file!r} has {columns}: give both files the same columns."
                 )
+        if self.streaming and not (self.dataset_name or self.train_file):
+            raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
+        check_datasets_cache()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LanguageConfig(FlagConfig):
+    """The language of the data, for the model card of a command that writes one."""
+
+    language: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The language(s) of the data as ISO 639-1 codes, comma-separated (e.g. 'en' or 'de,fr'), for the "
+            "model card's `language:` (default: 'en' for the built-in data; none for other data)."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         for code in (self.language or "").split(","):
             if self.language is not None and not re.fullmatch(r"[a-z]{2,3}(-[A-Za-z0-9]{2,8})*", code.strip()):
                 raise UsageError(
                     f"--language {self.language!r}: {code.strip()!r} is not a language code such as 'en' or 'pt-BR'."
                 )
-        if self.streaming and not (self.dataset_name or self.train_file):
-            raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
-        check_datasets_cache()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MaskingConfig(FlagConfig):
+    """How masked-LM batches are masked: the same for pretraining and for scoring a pretrained folder."""
+
+    mlm_probability: float = dataclasses.field(
+        default=0.15, metadata={"help": "Share of tokens masked for prediction."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")

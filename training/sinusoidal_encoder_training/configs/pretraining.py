@@ -7,7 +7,7 @@ import dataclasses
 
 from sinusoidal_encoder_training.cli.arguments import check_model_source
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.configs.data import DataConfig
+from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
 from sinusoidal_encoder_training.resources import SHIPPED_TOKENIZER
 
@@ -20,7 +20,7 @@ MODEL_SIZES = {
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PretrainingConfig(DataConfig, TrainingConfig):
+class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfig):
     """Pretrain a sinusoidal Transformer encoder by masked language modelling, with accelerate, on a `datasets` corpus.
 
         accelerate launch training/pretrain.py --output_dir outputs/small                     # built-in corpus, CPU ok
@@ -59,9 +59,6 @@ class PretrainingConfig(DataConfig, TrainingConfig):
         metadata={"help": "Tokenizer folder or Hub id (default: the shipped tokenizer_config/).", "reads": True},
     )
     max_seq_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per packed training block."})
-    mlm_probability: float = dataclasses.field(
-        default=0.15, metadata={"help": "Share of tokens masked for prediction."}
-    )
     seq_length_schedule: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -81,8 +78,6 @@ class PretrainingConfig(DataConfig, TrainingConfig):
             raise UsageError("--config_overrides applies to new models, not to --model_name_or_path.")
         if self.max_seq_length < 8:
             raise UsageError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise UsageError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
         check_model_source("--config_name", self.config_name, tuple(MODEL_SIZES))
         check_model_source("--model_name_or_path", self.model_name_or_path)

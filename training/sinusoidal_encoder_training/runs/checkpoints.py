@@ -1,6 +1,7 @@
 """Atomic checkpoints (accelerate's full training state, written to a temporary folder and renamed when complete,
 with a manifest of its files and their sizes) and how a run finds the one to resume from: the newest that is whole,
-a damaged one (a file missing, cut short, or a safetensors file that cannot be read) named and skipped."""
+a damaged one (a file missing, cut short, or a safetensors file that cannot be read) named and skipped, and the
+run's state loaded from it (`resume`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # accelerate is imported by the code that saves (arguments.py, which checks a path, needs not)
     from accelerate import Accelerator
+
+    from sinusoidal_encoder_training.configs import TrainingConfig
 
 CHECKPOINT_PATTERN = re.compile(r"^step_(\d+)$")
 MANIFEST = "manifest.json"  # {relative path: size in bytes} of every file of the checkpoint, written last
@@ -125,3 +128,20 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
                 shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def resume(accelerator: Accelerator, config: TrainingConfig) -> str | None:
+    """The state of every registered object (model, optimizer, scheduler, progress, RNGs) loaded from the checkpoint
+    `--resume_from_checkpoint` names (`latest`: the newest whole one, damaged ones skipped with a line); its path, or
+    None for a fresh start."""
+    checkpoint = resolve_checkpoint(
+        config.output_dir,
+        config.resume_from_checkpoint,
+        report=lambda path, damage: accelerator.print(f"Skipping the damaged checkpoint {path}: {damage}"),
+    )
+    if checkpoint is not None:
+        accelerator.print(f"Resuming from {checkpoint}")
+        accelerator.load_state(checkpoint)
+    elif config.resume_from_checkpoint == "latest":
+        accelerator.print(f"No checkpoint in {config.output_dir}/checkpoints yet: starting from scratch")
+    return checkpoint

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated, UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
-from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resolve_checkpoint, save_checkpoint
+from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resume, save_checkpoint
 from sinusoidal_encoder_training.runs.compilation import (
     compile_line,
     keep_gradients,
@@ -26,6 +26,7 @@ from sinusoidal_encoder_training.runs.compilation import (
 from sinusoidal_encoder_training.runs.disk_space import check_free_space
 from sinusoidal_encoder_training.runs.divergence import LossWatch
 from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics
+from sinusoidal_encoder_training.runs.optimization import make_scheduler
 from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
 
 
@@ -248,7 +249,7 @@ def start_run(
     metrics.jsonl (a resumed run's lines after its checkpoint dropped), the run's header, the check of the disk's
     free space and the progress bar; the model in training mode."""
     plan = plan_steps(config, train_loader, streaming)
-    scheduler = make_scheduler(accelerator, config, optimizer, plan)
+    scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
     resumed = resume(accelerator, config)
@@ -277,43 +278,12 @@ def start_run(
     )
 
 
-def make_scheduler(accelerator: Accelerator, config: TrainingConfig, optimizer, plan: StepPlan):
-    """The learning-rate schedule of `--lr_scheduler_type` over the plan's steps, after its warmup, prepared. A
-    prepared scheduler advances once per process at every optimizer step: its steps are counted the same way."""
-    from transformers import get_scheduler
-
-    scheduler = get_scheduler(
-        config.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=plan.warmup * accelerator.num_processes,
-        num_training_steps=plan.max_train_steps * accelerator.num_processes,
-    )
-    return accelerator.prepare(scheduler)
-
-
 def init_trackers(accelerator: Accelerator, config: TrainingConfig, name: str, plan: StepPlan) -> None:
     """The trackers of `--report_to`, given every setting of the run (with the steps it is set for) as a scalar or
     a string: tensorboard's hparams rejects anything else."""
     flags = {**dataclasses.asdict(config), "max_train_steps": plan.max_train_steps}
     hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flags.items() if v is not None}
     accelerator.init_trackers(name, config=hparams)
-
-
-def resume(accelerator: Accelerator, config: TrainingConfig) -> str | None:
-    """The state of every registered object (model, optimizer, scheduler, progress, RNGs) loaded from the checkpoint
-    `--resume_from_checkpoint` names (`latest`: the newest whole one, damaged ones skipped with a line); its path, or
-    None for a fresh start."""
-    checkpoint = resolve_checkpoint(
-        config.output_dir,
-        config.resume_from_checkpoint,
-        report=lambda path, damage: accelerator.print(f"Skipping the damaged checkpoint {path}: {damage}"),
-    )
-    if checkpoint is not None:
-        accelerator.print(f"Resuming from {checkpoint}")
-        accelerator.load_state(checkpoint)
-    elif config.resume_from_checkpoint == "latest":
-        accelerator.print(f"No checkpoint in {config.output_dir}/checkpoints yet: starting from scratch")
-    return checkpoint
 
 
 def print_header(accelerator: Accelerator, config: TrainingConfig, model, header: list[str], plan: StepPlan) -> None:

@@ -1,12 +1,15 @@
-"""AdamW with weight decay chosen by tensor rank."""
+"""AdamW with weight decay chosen by tensor rank, and the learning-rate schedule."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sinusoidal_encoder_training.configs import TrainingConfig
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -35,3 +38,18 @@ def make_optimizer(model: torch.nn.Module, config: TrainingConfig) -> torch.opti
         eps=config.adam_epsilon,
         fused=fused,
     )
+
+
+def make_scheduler(accelerator: Accelerator, config: TrainingConfig, optimizer, warmup_steps: int, total_steps: int):
+    """The learning-rate schedule of `--lr_scheduler_type` over `total_steps` optimizer steps, after `warmup_steps`,
+    prepared. A prepared scheduler advances once per process at every optimizer step: its steps are counted the same
+    way."""
+    from transformers import get_scheduler
+
+    scheduler = get_scheduler(
+        config.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=warmup_steps * accelerator.num_processes,
+        num_training_steps=total_steps * accelerator.num_processes,
+    )
+    return accelerator.prepare(scheduler)

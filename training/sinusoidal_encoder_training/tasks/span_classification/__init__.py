@@ -22,18 +22,19 @@ class SpanClassificationFlags:
 
     _argument_group_name = "span-classification data"
 
-    max_span_width: int = dataclasses.field(
-        default=8,
+    max_span_width: int | None = dataclasses.field(
+        default=None,
         metadata={
             "help": "span-classification: the longest span, in tokens, the head scores (every span of up to this "
-            "many tokens is a candidate); a labelled span longer than this is refused."
+            "many tokens is a candidate); a labelled span longer than this is refused. Default: the model's "
+            "`max_span_width` (8 for a model not fine-tuned for spans)."
         },
     )
 
 
 def check(config: Any) -> None:
     """A span is at least one token and fits in an input."""
-    if not 1 <= config.max_span_width <= config.max_length:
+    if config.max_span_width is not None and not 1 <= config.max_span_width <= config.max_length:
         raise UsageError(
             f"--max_span_width must be at least 1 and at most --max_length ({config.max_length}), got "
             f"{config.max_span_width}."

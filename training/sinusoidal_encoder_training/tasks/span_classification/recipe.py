@@ -92,10 +92,15 @@ def check_spans(raw: datasets.DatasetDict, text_col: str, spans_col: str) -> lis
 
 
 def encode(
-    raw: datasets.DatasetDict, tokenizer, config: FinetuningConfig, columns: tuple[str, str], label_names: list[str]
+    raw: datasets.DatasetDict,
+    tokenizer,
+    config: FinetuningConfig,
+    columns: tuple[str, str],
+    label_names: list[str],
+    max_span_width: int,
 ) -> tuple[datasets.DatasetDict, dict[str, int]]:
     """The rows tokenised (truncated to --max_length), each labelled span as its tokens, and how many spans of each
-    split --max_length cut off; a `UsageError` for a span longer than --max_span_width tokens."""
+    split --max_length cut off; a `UsageError` for a span longer than `max_span_width` tokens."""
     text_col, spans_col = columns
     index = {name: i for i, name in enumerate(label_names)}
     cut: dict[str, int] = {}
@@ -121,10 +126,10 @@ def encode(
                     cut[split] = cut.get(split, 0) + 1
                     continue
                 width = inside[-1] - inside[0] + 1
-                if width > config.max_span_width:
+                if width > max_span_width:
                     raise UsageError(
                         f"The {split} split: the span {text[span['start'] : span['end']]!r} ({span['label']}) is "
-                        f"{width} tokens, more than --max_span_width {config.max_span_width}: raise "
+                        f"{width} tokens, more than --max_span_width {max_span_width}: raise "
                         "--max_span_width (or leave the span out)."
                     )
                 found.append([inside[0], width - 1, index[span["label"]]])
@@ -230,23 +235,24 @@ class SpanClassificationTask(TrainingTask):
 
 
 def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, model_config: Any) -> Prepared:
-    """The rows and their spans checked, the labels set on the model config (with `max_span_width`), the texts
-    tokenised with each span as its tokens, and what the loop and the card need."""
+    """The rows and their spans checked, the labels set on the model config (and --max_span_width, when given), the
+    texts tokenised with each span as its tokens, and what the loop and the card need."""
     text_col, spans_col = columns(raw, config)
     label_names = check_spans(raw, text_col, spans_col)
     if not tokenizer.is_fast:
         raise UsageError("span-classification needs a fast tokenizer (its offsets map the spans to tokens).")
     # the folder's head: kept for the same labels (in its order), refused or replaced for others
     label_names = plan_head(config, model_config, None, label_names).labels
-    encoded, cut = encode(raw, tokenizer, config, (text_col, spans_col), label_names)
+    if config.max_span_width is not None:  # else the model's: 8, or what the folder was fine-tuned with
+        model_config.max_span_width = config.max_span_width
+    width = model_config.max_span_width
+    encoded, cut = encode(raw, tokenizer, config, (text_col, spans_col), label_names, width)
     model_config.num_labels = len(label_names)
     model_config.id2label = dict(enumerate(label_names))
     model_config.label2id = {name: i for i, name in enumerate(label_names)}
     model_config.problem_type = None
-    model_config.max_span_width = config.max_span_width
     header = [
-        f"Task = span-classification, {len(label_names)} label(s) {label_names}, spans of up to "
-        f"{config.max_span_width} tokens",
+        f"Task = span-classification, {len(label_names)} label(s) {label_names}, spans of up to {width} tokens",
         f"Training rows = {len(encoded['train']):,}, evaluation rows = {len(encoded['validation']):,}",
     ]
     if cut:
@@ -258,12 +264,12 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     return Prepared(
         train=BatchedRows(encoded["train"]),
         validation=BatchedRows(encoded["validation"]),
-        collate=SpanCollator(tokenizer, config.max_span_width, len(label_names), config.pad_to_multiple_of),
+        collate=SpanCollator(tokenizer, width, len(label_names), config.pad_to_multiple_of),
         make_task=lambda generator: SpanClassificationTask(config.seed, generator),
         header=header,
         problem="span_classification",
         labels=labels,
         example=None,
-        uses=f"span classification: the spans of a text (up to {config.max_span_width} tokens, nested or "
+        uses=f"span classification: the spans of a text (up to {width} tokens, nested or "
         f"overlapping) with the labels it was trained on: {labels}.",
     )
