@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .positions import POSITION_DEFAULTS, check_position_config
+# each sibling imported here directly: transformers 4.x copies into its module cache only the files a loaded file
+# imports itself, then reads the imports of those copies
+from .position_modes import MODE_DEFAULTS
+from .positions import ENCODING_DEFAULTS, check_position_config
 
 # The Auto classes a saved folder answers to, and the class each one builds. Written into every saved `config.json`
 # so that one Hub folder loads through all of them with `trust_remote_code=True`.
@@ -158,20 +161,20 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         classifier_dropout: float | None = None,
         classifier_pooling: str = "cls",
         max_span_width: int = 8,
-        position_encoding_base: float = POSITION_DEFAULTS["position_encoding_base"],
+        position_encoding_base: float = ENCODING_DEFAULTS["position_encoding_base"],
         scale_embeddings: bool = True,
         norm_first: bool = False,
         tie_word_embeddings: bool = True,
         sparse_prediction: bool = False,
         unpad_inputs: bool = True,
         long_input_attention_window: int | None = None,
-        position_mode: str = POSITION_DEFAULTS["position_mode"],
-        max_position_offset: int = POSITION_DEFAULTS["max_position_offset"],
-        position_range: int = POSITION_DEFAULTS["position_range"],
-        position_seed: int = POSITION_DEFAULTS["position_seed"],
-        position_inference: str = POSITION_DEFAULTS["position_inference"],
-        position_encoding: str = POSITION_DEFAULTS["position_encoding"],
-        partial_rotary_factor: float = POSITION_DEFAULTS["partial_rotary_factor"],
+        position_mode: str = MODE_DEFAULTS["position_mode"],
+        max_position_offset: int = MODE_DEFAULTS["max_position_offset"],
+        position_range: int = MODE_DEFAULTS["position_range"],
+        position_seed: int = MODE_DEFAULTS["position_seed"],
+        position_inference: str = MODE_DEFAULTS["position_inference"],
+        position_encoding: str = ENCODING_DEFAULTS["position_encoding"],
+        partial_rotary_factor: float = ENCODING_DEFAULTS["partial_rotary_factor"],
         **kwargs,
     ):
         self.vocab_size = vocab_size
