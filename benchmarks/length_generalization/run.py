@@ -28,6 +28,9 @@ order, masks, steps, optimiser, schedule and seed (the flags of training/pretrai
     tupe_offset     `tupe` trained with `position_mode="random_offset"` as the `offset` arm: every sequence's positions
                     shifted by a random offset in training, so that only relative positions carry information
                     (SHAPE, Kiyono et al. 2021, on the paper's sinusoids)
+    relative        ours with `position_encoding="sinusoidal_relative"`: nothing added; w_h·PE(p_j − p_i), the paper's
+                    encoding of the offset weighted per head, a bias on the scores shared by the layers, [CLS]
+                    untied (Transformer-XL's positional bias, Dai et al. 2019)
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across
@@ -99,6 +102,7 @@ ARMS = {
     "every_layer": "ours, the encoding added again at every layer's input",
     "tupe": "ours, untied positional attention on the encoding (TUPE)",
     "tupe_offset": "ours, TUPE with a random position offset in training (SHAPE)",
+    "relative": "ours, the encoding of the offset between tokens, a bias per head (Transformer-XL)",
 }
 DEFAULT_ARMS = ["shipped", "stratified", "bert", "no_position", "rotary", "alibi"]
 DOWNSTREAM_TASKS = {
@@ -258,6 +262,7 @@ def arm_overrides(config: LengthGeneralizationConfig, arm: str) -> str | None:
         "scaled_sinusoidal": "position_encoding=scaled_sinusoidal",
         "every_layer": "position_encoding=sinusoidal_every_layer",
         "tupe": "position_encoding=tupe",
+        "relative": "position_encoding=sinusoidal_relative",
         "tupe_offset": "position_encoding=tupe,position_mode=random_offset,"
         f"max_position_offset={config.random_position_offset}",
     }.get(arm)
@@ -391,7 +396,7 @@ def training_unigram(tokenizer, config: LengthGeneralizationConfig) -> torch.Ten
 
 
 # the arms with positions 0…T-1 at inference that read them through the paper's PE: they can be scaled or windowed
-SINUSOIDAL_ARMS = ("shipped", "offset", "scaled_sinusoidal", "every_layer", "tupe", "tupe_offset")
+SINUSOIDAL_ARMS = ("shipped", "offset", "scaled_sinusoidal", "every_layer", "tupe", "tupe_offset", "relative")
 WINDOWS = (TRAIN_LENGTH // 2, TRAIN_LENGTH)  # ±63: at most 127 keys, as in training; ±127: the distances of training
 # inference-time remedies measured past the training length, by result key: what the table calls them
 VARIANTS = {

@@ -6,12 +6,14 @@ its siblings `positions.py` and `position_modes.py`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from transformers import PretrainedConfig
 
 # each sibling imported here directly: transformers 4.x copies into its module cache only the files a loaded file
 # imports itself, then reads the imports of those copies
-from .position_modes import MODE_DEFAULTS
-from .positions import ENCODING_DEFAULTS, check_position_config
+from .position_modes import MODE_DEFAULTS, MODE_PARAMETERS, POSITION_MODES
+from .positions import ENCODING_DEFAULTS, ENCODING_PARAMETERS, POSITION_ENCODINGS
 
 # The Auto classes a saved folder answers to, and the class each one builds. Written into every saved `config.json`
 # so that one Hub folder loads through all of them with `trust_remote_code=True`.
@@ -28,6 +30,51 @@ AUTO_MAP = {
 
 _ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh", "quick_gelu", "mish")
 _POOLINGS = ("cls", "mean")
+
+
+# Every position field: a parameter at its default counts as "not set" for the modes and encodings that do not read
+# it.
+POSITION_DEFAULTS: dict[str, Any] = {**MODE_DEFAULTS, **ENCODING_DEFAULTS}
+POSITION_PARAMETERS = {**MODE_PARAMETERS, **ENCODING_PARAMETERS}
+
+
+def check_position_config(config: Any) -> None:
+    """Raise a `ValueError` naming the field when `position_mode`, `position_encoding` or their parameters cannot
+    work together: an unknown mode or encoding, an invalid parameter value, a mode that needs a parameter left unset
+    (`"random_offset"` needs `max_position_offset` ≥ 1), a parameter set away from its default for a mode or an
+    encoding that does not read it, or an encoding chosen for `position_mode="none"`, which has no position."""
+    mode = POSITION_MODES.get(config.position_mode)
+    if mode is None:
+        raise ValueError(f"`position_mode` must be one of {list(POSITION_MODES)}, got {config.position_mode!r}.")
+    encoding = POSITION_ENCODINGS.get(config.position_encoding)
+    if encoding is None:
+        raise ValueError(
+            f"`position_encoding` must be one of {list(POSITION_ENCODINGS)}, got {config.position_encoding!r}."
+        )
+    if config.position_mode == "none" and config.position_encoding != POSITION_DEFAULTS["position_encoding"]:
+        raise ValueError(
+            f"`position_encoding={config.position_encoding!r}` has no position to encode with position_mode='none': "
+            "leave it at 'sinusoidal' or choose a `position_mode`."
+        )
+    for name, check in POSITION_PARAMETERS.items():
+        value, default = getattr(config, name), POSITION_DEFAULTS[name]
+        problem = check(value)
+        if problem is not None:
+            raise ValueError(f"`{name}` must be {problem}, got {value!r}.")
+        if value == default or name in mode.parameters + encoding.parameters:
+            continue
+        modes = [mode_name for mode_name, other in POSITION_MODES.items() if name in other.parameters]
+        if modes:
+            chosen, field = f"position_mode {modes}", f"position_mode={config.position_mode!r}"
+        else:
+            encodings = [key for key, other in POSITION_ENCODINGS.items() if name in other.parameters]
+            chosen, field = f"position_encoding {encodings}", f"position_encoding={config.position_encoding!r}"
+        raise ValueError(
+            f"`{name}={value!r}` is a parameter of {chosen}, not of {field}: leave it at {default!r} or change "
+            f"`{field.partition('=')[0]}`."
+        )
+    if config.position_mode == "random_offset" and config.max_position_offset < 1:
+        raise ValueError("`position_mode='random_offset'` needs `max_position_offset` of at least 1.")
 
 
 class SinusoidalEncoderConfig(PretrainedConfig):
@@ -132,6 +179,11 @@ class SinusoidalEncoderConfig(PretrainedConfig):
               pass and shared by every layer; the first token ([CLS]) is untied from positions: its row of the
               term is a learned θ₁ per head, its column a learned θ₂. The term is a bias on the scores, as ALiBi's:
               calls with padding run on the padded layout, and flash attention is refused.
+            - `"sinusoidal_relative"`: the paper's encoding of the offset between tokens as a bias on the scores:
+              nothing is added; the scores of head h get w_h·PE(p_j − p_i), one learned weighting w_h of the
+              encoding per head (the positional bias of Transformer-XL, Dai et al. 2019), computed once per forward
+              pass and shared by every layer, [CLS] untied as with `"tupe"`. It depends on the offset alone. A bias,
+              as ALiBi's: calls with padding run on the padded layout, and flash attention is refused.
             With `position_mode="none"` there is no position to encode: leave it at `"sinusoidal"`.
         partial_rotary_factor (`float`, defaults to 1.0): the share of each head's dimensions that `"rotary"`
             rotates, in (0, 1] (rounded down to an even number of dimensions); the rest carry no position.

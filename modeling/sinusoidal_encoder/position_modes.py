@@ -196,7 +196,7 @@ POSITION_MODES: dict[str, PositionMode] = {
 
 
 # The modes' fields of the config and their defaults (the config's signature reads them here), and each one's check:
-# a description of the values it takes, or None when the value is valid (`positions.check_position_config`).
+# a description of the values it takes, or None when the value is valid (the config's `check_position_config`).
 MODE_DEFAULTS: dict[str, Any] = {
     "position_mode": "consecutive",
     "max_position_offset": 0,

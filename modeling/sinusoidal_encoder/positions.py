@@ -9,8 +9,8 @@ keys (`"rotary"`) or a bias on the attention scores (`"alibi"`, and `"tupe"`'s p
 `UntiedPositionScores`): `attention_positions` computes what the layers take, once per forward pass, and the
 attention applies it in one place. The learned parts of an encoding are modules built from the config
 (`encoding_sum`, `learned_positions`). Each encoding, and the mode without positions (`"none"`), carries how a model
-card describes it (`PositionCard`, read by `position_card`). `check_position_config` checks the fields of the modes
-and the encodings together (each registered with the config fields it reads, its parameters).
+card describes it (`PositionCard`, read by `position_card`). Each encoding and each mode is registered with the config
+fields it reads (its parameters), which the config checks together (`SinusoidalEncoderConfig.check`).
 Adding an encoding means: its function and its entry here, its values in the config's docstring, and tests.
 
 This file is copied as-is into Hub repositories with the model: it imports only the standard library and torch.
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from .position_modes import MODE_DEFAULTS, MODE_PARAMETERS, POSITION_MODES, PositionCard, Positions, is_number
+from .position_modes import POSITION_MODES, PositionCard, Positions, is_number
 
 
 def sinusoidal_position_encoding(
@@ -173,6 +173,15 @@ def every_layer_encoding(config: Any, position_ids: torch.Tensor) -> AttentionPo
     return AttentionPositions(layer_input=encoding)
 
 
+def untie_first_token(scores: torch.Tensor, row: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """A positional term of the scores `(B or 1, nh, T, T)` with the first token, [CLS] (index 0, right padding being
+    the convention), untied from positions (TUPE): its row a learned θ₁ per head (`row`, `(nh,)`), its column (other
+    tokens attending to it) a learned θ₂ per head (`column`), whatever the positions."""
+    first = torch.arange(scores.shape[-1], device=scores.device) == 0  # (T,)
+    scores = torch.where(first, column[:, None, None], scores)  # column 0: θ₂
+    return torch.where(first[:, None], row[:, None, None], scores)  # row 0: θ₁
+
+
 class UntiedPositionScores(nn.Module):
     """`"tupe"`: untied positional attention (Ke, He & Liu 2021, "Rethinking Positional Encoding in Language
     Pre-training", TUPE-A) on the paper's encoding. Nothing is added to the input; the scores of head h get a
@@ -204,13 +213,52 @@ class UntiedPositionScores(nn.Module):
         query = self.query(encoding).view(batch_size, seq_len, self.num_heads, head_dim).transpose(1, 2)
         key = self.key(encoding).view(batch_size, seq_len, self.num_heads, head_dim).transpose(1, 2)
         scores = query @ key.transpose(-1, -2) * (2 * head_dim) ** -0.5  # (B or 1, nh, T, T)
-        first = torch.arange(seq_len, device=position_ids.device) == 0  # (T,)
-        scores = torch.where(first, self.first_token_column[:, None, None], scores)  # column 0: θ₂
-        scores = torch.where(first[:, None], self.first_token_row[:, None, None], scores)  # row 0: θ₁
-        return AttentionPositions(bias=scores)
+        return AttentionPositions(bias=untie_first_token(scores, self.first_token_row, self.first_token_column))
 
     def init_position_weights(self) -> None:
         """θ₁ = θ₂ = 0 (the model's `_init_weights`; U_Q and U_K are initialised as every linear layer)."""
+        nn.init.zeros_(self.first_token_row)
+        nn.init.zeros_(self.first_token_column)
+
+
+class RelativePositionScores(nn.Module):
+    """`"sinusoidal_relative"`: the paper's encoding of the offset between two tokens, one learned weighting of it
+    per head, as a bias on the scores (the global positional bias of Transformer-XL, Dai et al. 2019, term (d), whose
+    relative encoding is this sinusoid), [CLS] untied as TUPE unties it. Nothing is added to the input:
+
+        score_h(i, j) = q_i·k_j / √hs + w_h·PE(p_j − p_i)
+
+    computed once per forward pass and shared by every layer. It depends on the offset p_j − p_i alone, so that it
+    is the same at every position, past the training length too. It is computed without the encoding of any
+    offset, through the rotation the paper derives, PE(p_j − p_i) = R(−p_i)·PE(p_j): w_h·PE(p_j − p_i) =
+    PE(p_i)ᵀ M_h PE(p_j), with M_h block-diagonal, one block [[b, −a], [a, b]] per frequency (a, b: w_h's weights of
+    that frequency's sine and cosine), which commutes with the rotations. w starts as a linear layer's weights
+    (normal, `initializer_range`), θ₁ and θ₂ at 0."""
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.base = config.position_encoding_base
+        self.initializer_range = config.initializer_range
+        self.weight = nn.Parameter(torch.empty(config.num_attention_heads, config.hidden_size))  # w_h (nh, d)
+        self.first_token_row = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₁ (nh,)
+        self.first_token_column = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₂ (nh,)
+        self.init_position_weights()
+
+    def forward(self, position_ids: torch.Tensor) -> AttentionPositions:
+        """The positional term of the scores `(B or 1, nh, T, T)` for `position_ids` `(B or 1, T)`, as a bias."""
+        encoding = sinusoidal_position_encoding(position_ids, self.hidden_size, self.base, self.weight.dtype)
+        sin, cos = encoding.unflatten(-1, (-1, 2))[:, None].unbind(-1)  # 2 × (B or 1, 1, T, d/2)
+        a, b = self.weight.unflatten(-1, (-1, 2))[None, :, None].unbind(-1)  # 2 × (1, nh, 1, d/2)
+        rotated = torch.stack((b * sin - a * cos, a * sin + b * cos), dim=-1).flatten(
+            -2
+        )  # (B or 1, nh, T, d): M_h·PE_j
+        scores = encoding[:, None] @ rotated.transpose(-1, -2)  # (B or 1, nh, T, T): PE_iᵀ (M_h PE_j)
+        return AttentionPositions(bias=untie_first_token(scores, self.first_token_row, self.first_token_column))
+
+    def init_position_weights(self) -> None:
+        """w as a linear layer's weights, θ₁ = θ₂ = 0 (the model's `_init_weights`)."""
+        nn.init.normal_(self.weight, std=self.initializer_range)
         nn.init.zeros_(self.first_token_row)
         nn.init.zeros_(self.first_token_column)
 
@@ -338,6 +386,25 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
             tags=("tupe",),
         ),
     ),
+    "sinusoidal_relative": PositionEncoding(
+        None,
+        parameters=("position_encoding_base",),
+        module=RelativePositionScores,
+        card=PositionCard(
+            summary="the sinusoidal encoding of *Attention Is All You Need* of the offset between two tokens, "
+            "weighted per head into a bias on the attention scores (Transformer-XL's positional bias, Dai et al., "
+            "2019), in place of an encoding added to its embeddings",
+            formula="h₀ = E[x]·√d\nattention, head h: score(i, j) = q_i·k_j/√{head} + w_h·PE(j − i), PE(pos, 2i) = "
+            "sin(pos / {base}^(2i/d)), PE(pos, 2i+1) = cos(pos / {base}^(2i/d)); the term computed once and shared "
+            "by every layer; the first token's ([CLS]) row and column of it a learned θ₁ and θ₂ per head",
+            note="The encoding has no parameters; its weights w_h (one vector per head) and the [CLS] scalars θ₁, θ₂ "
+            "are learned, one set shared by all layers. The term depends on the offset between tokens alone.",
+            length="The bias is defined at every offset",
+            extrapolation="offsets longer than those of training give biases the model never saw; attention within "
+            "the training length's window at inference (`long_input_attention_window`) keeps them in range",
+            tags=("sinusoidal-relative-position-bias",),
+        ),
+    ),
     "rotary": PositionEncoding(
         rotary_cos_sin,
         parameters=("position_encoding_base", "partial_rotary_factor"),
@@ -380,49 +447,6 @@ ENCODING_PARAMETERS: dict[str, Callable[[Any], str | None]] = {
     "position_encoding_base": lambda v: None if is_number(v) and 0 < v < float("inf") else "a positive finite number",
     "partial_rotary_factor": lambda v: None if is_number(v) and 0 < v <= 1 else "a number in (0, 1]",
 }
-# Every position field: a parameter at its default counts as "not set" for the modes and encodings that do not read
-# it.
-POSITION_DEFAULTS: dict[str, Any] = {**MODE_DEFAULTS, **ENCODING_DEFAULTS}
-POSITION_PARAMETERS = {**MODE_PARAMETERS, **ENCODING_PARAMETERS}
-
-
-def check_position_config(config: Any) -> None:
-    """Raise a `ValueError` naming the field when `position_mode`, `position_encoding` or their parameters cannot
-    work together: an unknown mode or encoding, an invalid parameter value, a mode that needs a parameter left unset
-    (`"random_offset"` needs `max_position_offset` ≥ 1), a parameter set away from its default for a mode or an
-    encoding that does not read it, or an encoding chosen for `position_mode="none"`, which has no position."""
-    mode = POSITION_MODES.get(config.position_mode)
-    if mode is None:
-        raise ValueError(f"`position_mode` must be one of {list(POSITION_MODES)}, got {config.position_mode!r}.")
-    encoding = POSITION_ENCODINGS.get(config.position_encoding)
-    if encoding is None:
-        raise ValueError(
-            f"`position_encoding` must be one of {list(POSITION_ENCODINGS)}, got {config.position_encoding!r}."
-        )
-    if config.position_mode == "none" and config.position_encoding != POSITION_DEFAULTS["position_encoding"]:
-        raise ValueError(
-            f"`position_encoding={config.position_encoding!r}` has no position to encode with position_mode='none': "
-            "leave it at 'sinusoidal' or choose a `position_mode`."
-        )
-    for name, check in POSITION_PARAMETERS.items():
-        value, default = getattr(config, name), POSITION_DEFAULTS[name]
-        problem = check(value)
-        if problem is not None:
-            raise ValueError(f"`{name}` must be {problem}, got {value!r}.")
-        if value == default or name in mode.parameters + encoding.parameters:
-            continue
-        modes = [mode_name for mode_name, other in POSITION_MODES.items() if name in other.parameters]
-        if modes:
-            chosen, field = f"position_mode {modes}", f"position_mode={config.position_mode!r}"
-        else:
-            encodings = [key for key, other in POSITION_ENCODINGS.items() if name in other.parameters]
-            chosen, field = f"position_encoding {encodings}", f"position_encoding={config.position_encoding!r}"
-        raise ValueError(
-            f"`{name}={value!r}` is a parameter of {chosen}, not of {field}: leave it at {default!r} or change "
-            f"`{field.partition('=')[0]}`."
-        )
-    if config.position_mode == "random_offset" and config.max_position_offset < 1:
-        raise ValueError("`position_mode='random_offset'` needs `max_position_offset` of at least 1.")
 
 
 def attention_positions(config: Any, positions: Positions, learned: nn.Module | None = None) -> AttentionPositions:

@@ -42,6 +42,7 @@ def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
         ("scaled_sinusoidal", "scaled_sinusoidal"),
         ("every_layer", "sinusoidal_every_layer"),
         ("tupe", "tupe"),
+        ("relative", "sinusoidal_relative"),
     ):
         assert settings[arm].config_overrides == recipe + f",position_encoding={encoding}"
     assert settings["tupe_offset"].config_overrides == (

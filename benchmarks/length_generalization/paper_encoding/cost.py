@@ -23,7 +23,7 @@ from benchmarks.machine import cpu_description, git_commit
 from benchmarks.utilization import run as utilization
 
 SHIPPED = "sinusoidal"
-VARIANTS = ("scaled_sinusoidal", "sinusoidal_every_layer", "tupe", "rotary")
+VARIANTS = ("scaled_sinusoidal", "sinusoidal_every_layer", "tupe", "sinusoidal_relative", "rotary")
 TARGET = 0.9  # issue 54: no slower than the paper's encoding by more than 10%
 
 
