@@ -29,7 +29,6 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_sinusoidal_encoder import AUTO_MAP
 from .position_modes import Positions
@@ -53,17 +52,6 @@ except ImportError:
 def is_flash(attn_implementation: str | None) -> bool:
     """flash_attention_2, flash_attention_3, and Hub flash kernels: the implementations that take packed sequences."""
     return attn_implementation is not None and "flash" in attn_implementation
-
-
-def attention_function(attn_implementation: str | None, eager: Callable) -> Callable:
-    """The attention function registered with transformers under `attn_implementation`, or `eager` (the written-out
-    one) for "eager" (transformers 5 answers through `get_interface`, which is also how `set_attn_implementation`
-    recognises a model that can switch; 4.x keeps a plain mapping without "eager")."""
-    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
-        return ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager)
-    if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
-        return ALL_ATTENTION_FUNCTIONS[attn_implementation]
-    return eager
 
 
 def check_flash_takes(config, score_bias: torch.Tensor | None, window: int | None) -> None:

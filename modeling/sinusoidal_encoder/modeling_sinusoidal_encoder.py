@@ -34,6 +34,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_sinusoidal_encoder import SinusoidalEncoderConfig
@@ -42,7 +43,6 @@ from .fast_paths import (
     add_residual,
     add_score_bias,
     align_loaded_tensors,
-    attention_function,
     bidirectional_mask,
     check_flash_takes,
     forward_unpadded,
@@ -144,6 +144,17 @@ def eager_attention_forward(
     return output, probs
 
 
+def _attention_function(attn_implementation: str | None) -> Callable:
+    """The attention function registered with transformers under `attn_implementation`, or the written-out one for
+    "eager" (transformers 5 answers through `get_interface`, which is also how `set_attn_implementation` recognises a
+    model that can switch: it looks for that call in this file; 4.x keeps a plain mapping without "eager")."""
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(attn_implementation, eager_attention_forward)
+    if attn_implementation != "eager" and attn_implementation in ALL_ATTENTION_FUNCTIONS:
+        return ALL_ATTENTION_FUNCTIONS[attn_implementation]
+    return eager_attention_forward
+
+
 class SinusoidalEncoderSelfAttention(nn.Module):
     """Multi-head scaled dot-product self-attention with one fused Q/K/V projection (laid out [Q; K; V], each head
     a contiguous block, as `torch.nn.MultiheadAttention.in_proj_weight`)."""
@@ -180,7 +191,7 @@ class SinusoidalEncoderSelfAttention(nn.Module):
             qkv = rotate_queries_and_keys(qkv, *rotary, self.num_heads)  # (B, T, 3d)
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:  # only the written-out path can return the probabilities
-            attention_interface = attention_function(self.config._attn_implementation, eager_attention_forward)
+            attention_interface = _attention_function(self.config._attn_implementation)
         if kwargs.get("cu_seq_lens_q") is not None:  # packed sequences: `fast_paths.packed_attention` picks the call
             return self.out_proj(packed_attention(self, qkv, attention_interface, **kwargs)), None
         attn_output, attn_weights = self.attend(qkv, attention_mask, attention_interface, **kwargs)  # (B, T, d)

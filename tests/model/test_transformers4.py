@@ -115,9 +115,9 @@ def test_attention_lookup_without_get_interface(monkeypatch):
         pass
 
     old = OldRegistry(sdpa=ALL_ATTENTION_FUNCTIONS["sdpa"])
-    monkeypatch.setattr(fast_paths, "ALL_ATTENTION_FUNCTIONS", old)
-    assert fast_paths.attention_function("eager", modeling.eager_attention_forward) is modeling.eager_attention_forward
-    assert fast_paths.attention_function("sdpa", modeling.eager_attention_forward) is old["sdpa"]
+    monkeypatch.setattr(modeling, "ALL_ATTENTION_FUNCTIONS", old)
+    assert modeling._attention_function("eager") is modeling.eager_attention_forward
+    assert modeling._attention_function("sdpa") is old["sdpa"]
     model = se.SinusoidalEncoderModel(tiny_config(vocab_size=VOCAB_SIZE)).eval()
     with torch.no_grad():
         assert torch.isfinite(model(random_ids(2, 7)).last_hidden_state).all()
