@@ -77,7 +77,9 @@ from sinusoidal_encoder_training.data.pipeline import (
     SHIPPED_TOKENIZER,
     IndexedExamples,
     KeyedMaskingCollator,
+    pack_blocks,
     tokenize_and_pack,
+    tokenize_documents,
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.export import (
@@ -343,10 +345,10 @@ def evaluation_batches(tokenizer, lengths: Sequence[int], config: LengthGenerali
     """The held-out split of the built-in corpus (never trained on) packed into blocks of each length, masked once
     with a fixed seed: every arm is scored on the same tokens with the same masks."""
     validation = load_builtin_corpus()["validation"]
-    raw = datasets.DatasetDict({"train": validation, "validation": validation})
+    tokenized = tokenize_documents(datasets.DatasetDict({"train": validation, "validation": validation}), tokenizer)
     batches = {}
     for length in lengths:
-        blocks = IndexedExamples(tokenize_and_pack(raw, tokenizer, length)["validation"])
+        blocks = IndexedExamples(pack_blocks(tokenized, tokenizer, length)["validation"])
         collate = KeyedMaskingCollator(tokenizer, 0.15, config.mask_seed, epoch=f"eval-{length}")
         size = max(1, config.eval_tokens_per_batch // length)
         batches[length] = [

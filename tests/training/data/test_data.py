@@ -18,7 +18,9 @@ from sinusoidal_encoder_training.data.pipeline import (
     IndexedStream,
     KeyedMaskingCollator,
     load_raw_datasets,
+    pack_blocks,
     tokenize_and_pack,
+    tokenize_documents,
 )
 
 SEED = 42  # the seed of a validation split drawn from the training data
@@ -76,6 +78,27 @@ def test_local_files_in_every_format(tmp_path, tokenizer, fmt):
     assert blocks and all(len(b) == 16 and b[0] == tokenizer.cls_token_id for b in blocks)
     assert all(tokenizer.pad_token_id not in b for b in blocks)  # packed: no padding anywhere
     assert sum(b.count(tokenizer.sep_token_id) for b in blocks) >= 40  # documents are separated
+
+
+def test_packing_joins_the_documents_with_the_separator_and_cuts_blocks_after_the_classification_token(tokenizer):
+    """Blocks of a tokenised corpus, at two lengths from one tokenisation: [CLS] and then the next `length - 1` ids of
+    the stream of every non-blank document's ids followed by [SEP], the stream's tail shorter than a block dropped;
+    an empty or blank document adds nothing, not even a separator."""
+    texts = [f"Document {i} describes how positions are encoded." for i in range(12)]
+    texts[3], texts[7] = "", "   "
+    raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": texts})})
+    tokenized = tokenize_documents(raw, tokenizer)
+    assert tokenized["train"]["input_ids"][3] is None and tokenized["train"]["input_ids"][7] is None
+    stream = []
+    for text in texts:
+        if text.strip():
+            stream += [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.sep_token_id]
+    for length in (16, 24):
+        span = length - 1
+        starts = range(0, len(stream) // span * span, span)
+        expected = [[tokenizer.cls_token_id, *stream[i : i + span]] for i in starts]
+        assert pack_blocks(tokenized, tokenizer, length)["train"]["input_ids"] == expected
+        assert tokenize_and_pack(raw, tokenizer, length)["train"]["input_ids"] == expected
 
 
 def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):

@@ -37,7 +37,7 @@ def pretrained_run(tmp_path_factory):
 
 
 def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
-    pretrained_run, tmp_path, fresh_accelerate
+    pretrained_run, tmp_path, fresh_accelerate, monkeypatch
 ):
     """At the training length, with the run's data and seed, the command's figures are those of the run's final
     evaluation: the same masked tokens and unigram baseline exactly (the same blocks and masks), the loss and order gap
@@ -54,7 +54,15 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
         per_device_eval_batch_size=16,
         output_file=str(results_file),
     )
+    tokenizations, tokenize_documents = [], evaluate.tokenize_documents
+
+    def counted(*args, **kwargs):
+        tokenizations.append(args)
+        return tokenize_documents(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "tokenize_documents", counted)
     results = evaluate.run(config)
+    assert len(tokenizations) == 1  # the corpus is tokenised once, then packed at each length
     same = ("eval_masked_tokens", "eval_unigram_loss")
     assert {name: results[32][name] for name in same} == {name: final[name] for name in same}
     assert {name: results[32][name] for name in FINAL} == pytest.approx(

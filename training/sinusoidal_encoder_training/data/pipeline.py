@@ -157,6 +157,73 @@ def iterate_texts(raw: datasets.DatasetDict | datasets.IterableDatasetDict, colu
         yield batch
 
 
+def tokenize_documents(
+    raw: datasets.DatasetDict | datasets.IterableDatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    text_column_name: str | None = None,
+    num_proc: int | None = None,
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    """Every document's token ids, without special tokens, one row per document (`input_ids`; None for an empty or
+    blank document, which packing leaves out), for `pack_blocks` at any length: a corpus evaluated at several
+    lengths is tokenised once. Map-style datasets are cached by `datasets`; streamed ones are tokenised on the fly."""
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise UsageError("The tokenizer needs a cls_token and a sep_token to pack documents into blocks.")
+    column = text_column(raw["train"], text_column_name)
+    streaming = isinstance(raw["train"], datasets.IterableDataset)
+
+    def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[list[int] | None]]:
+        kept = [i for i, text in enumerate(batch[column]) if text and text.strip()]
+        ids: list[list[int] | None] = [None] * len(batch[column])
+        if kept:
+            texts = [batch[column][i] for i in kept]
+            encoded = tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)
+            for i, row in zip(kept, encoded["input_ids"], strict=True):
+                ids[i] = row
+        return {"input_ids": ids}
+
+    tokenized = {}
+    for split, dataset in raw.items():
+        kwargs: dict[str, Any] = {"batched": True, "remove_columns": dataset.column_names}
+        if not streaming:
+            kwargs.update(num_proc=num_proc, desc=f"Tokenizing {split}")
+        tokenized[split] = dataset.map(tokenize, **kwargs)
+    return type(raw)(tokenized)
+
+
+def pack_blocks(
+    tokenized: datasets.DatasetDict | datasets.IterableDatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
+    """The documents of `tokenize_documents` packed into blocks of exactly `max_seq_length` ids.
+
+    Documents are joined with the separator token; each block starts with the classification token and holds
+    `max_seq_length - 1` ids of the stream, so no compute goes to padding. The tail of each map batch (1,000
+    documents) shorter than a block is dropped."""
+    streaming = isinstance(tokenized["train"], datasets.IterableDataset)
+    span = max_seq_length - 1
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+
+    def pack(batch: dict[str, list[Any]]) -> dict[str, list[list[int]]]:
+        stream = list(chain.from_iterable([*ids, sep_id] for ids in batch["input_ids"] if ids is not None))
+        usable = len(stream) // span * span
+        return {"input_ids": [[cls_id, *stream[i : i + span]] for i in range(0, usable, span)]}
+
+    packed = {}
+    for split, dataset in tokenized.items():
+        kwargs: dict[str, Any] = {"batched": True, "remove_columns": ["input_ids"]}
+        if not streaming:
+            kwargs.update(num_proc=num_proc, desc=f"Packing {split} into blocks of {max_seq_length}")
+        packed[split] = dataset.map(pack, **kwargs)
+        if not streaming and len(packed[split]) == 0:
+            raise UsageError(
+                f"The {split} split holds no complete block of --max_seq_length={max_seq_length} tokens after "
+                f"tokenisation ({len(dataset)} documents, empty ones dropped): give it more text or lower the length."
+            )
+    return type(tokenized)(packed)
+
+
 def tokenize_and_pack(
     raw: datasets.DatasetDict | datasets.IterableDatasetDict,
     tokenizer: PreTrainedTokenizerBase,
@@ -164,40 +231,10 @@ def tokenize_and_pack(
     text_column_name: str | None = None,
     num_proc: int | None = None,
 ) -> datasets.DatasetDict | datasets.IterableDatasetDict:
-    """Tokenise every document and pack the token stream into blocks of exactly `max_seq_length` ids.
-
-    Documents are joined with the separator token; each block starts with the classification token and holds
-    `max_seq_length - 1` ids of the stream, so no compute goes to padding. The tail of each map batch shorter than a
-    block is dropped. Map-style datasets are cached by `datasets`; streamed ones are packed on the fly.
-    """
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise UsageError("The tokenizer needs a cls_token and a sep_token to pack documents into blocks.")
-    column = text_column(raw["train"], text_column_name)
-    streaming = isinstance(raw["train"], datasets.IterableDataset)
-    span = max_seq_length - 1
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-
-    def pack(batch: dict[str, list[Any]]) -> dict[str, list[list[int]]]:
-        texts = [t for t in batch[column] if t and t.strip()]
-        if not texts:
-            return {"input_ids": []}
-        encoded = tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
-        stream = list(chain.from_iterable([*ids, sep_id] for ids in encoded))
-        usable = len(stream) // span * span
-        return {"input_ids": [[cls_id, *stream[i : i + span]] for i in range(0, usable, span)]}
-
-    packed = {}
-    for split, dataset in raw.items():
-        kwargs: dict[str, Any] = {"batched": True, "remove_columns": dataset.column_names}
-        if not streaming:
-            kwargs.update(num_proc=num_proc, desc=f"Tokenizing and packing {split} into blocks of {max_seq_length}")
-        packed[split] = dataset.map(pack, **kwargs)
-        if not streaming and len(packed[split]) == 0:
-            raise UsageError(
-                f"The {split} split holds no complete block of --max_seq_length={max_seq_length} tokens after "
-                f"tokenisation ({len(dataset)} documents, empty ones dropped): give it more text or lower the length."
-            )
-    return type(raw)(packed)
+    """Tokenise every document and pack the token stream into blocks of exactly `max_seq_length` ids
+    (`tokenize_documents`, then `pack_blocks`)."""
+    tokenized = tokenize_documents(raw, tokenizer, text_column_name, num_proc)
+    return pack_blocks(tokenized, tokenizer, max_seq_length, num_proc)
 
 
 class IndexedExamples(torch.utils.data.Dataset):

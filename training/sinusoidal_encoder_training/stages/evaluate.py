@@ -32,7 +32,8 @@ from sinusoidal_encoder_training.data.pipeline import (
     IndexedStream,
     KeyedMaskingCollator,
     load_raw_datasets,
-    tokenize_and_pack,
+    pack_blocks,
+    tokenize_documents,
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
@@ -96,11 +97,12 @@ def load_model(config: EvaluationConfig, accelerator: Accelerator):
 
 
 def length_blocks(
-    config: EvaluationConfig, raw, tokenizer, length: int
+    config: EvaluationConfig, tokenized, tokenizer, length: int
 ) -> tuple[torch.utils.data.Dataset, torch.Tensor]:
-    """The validation split in blocks of `length` tokens (the first --max_eval_samples), and the unigram
-    log-frequencies of the training split packed the same way (`unigram_log_probs`), as pretraining counts them."""
-    packed = tokenize_and_pack(raw, tokenizer, length, config.text_column_name, config.preprocessing_num_workers)
+    """The validation split (`tokenize_documents`, tokenised once for every length) in blocks of `length` tokens (the
+    first --max_eval_samples), and the unigram log-frequencies of the training split packed the same way
+    (`unigram_log_probs`), as pretraining counts them."""
+    packed = pack_blocks(tokenized, tokenizer, length, config.preprocessing_num_workers)
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
     validation = packed["validation"]
     if isinstance(validation, datasets.IterableDataset):
@@ -139,7 +141,8 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
     model, tokenizer = load_model(config, accelerator)
     with accelerator.main_process_first():
         raw = load_raw_datasets(config, config.seed)
-        prepared = {length: length_blocks(config, raw, tokenizer, length) for length in config.lengths}
+        tokenized = tokenize_documents(raw, tokenizer, config.text_column_name, config.preprocessing_num_workers)
+        prepared = {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}
     model = accelerator.prepare(model)
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
     results = {}
