@@ -6,7 +6,10 @@
 #
 # The recipe (docs/experiments.md, "Does the model use word order?"): pre-LN, no dropout, learning rate 2e-3, and a
 # sequence-length warmup (rows of 16, 32, then 64 tokens for 150 steps each, then whole 128-token blocks), with which
-# attention learns to use position within the budget; bf16 autocast where the CPU (or GPU) has bf16 arithmetic.
+# attention learns to use position within the budget; bf16 autocast where the CPU (or GPU) has bf16 arithmetic. The
+# positions: the paper's PE of the offset between tokens, weighted per head into a bias on the attention scores
+# (`position_encoding=sinusoidal_relative`), the way of using the paper's encoding that met every target of the
+# length study (benchmarks/length_generalization/paper_encoding/README.md, 2026-11-28).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,7 +17,7 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast; print('bf16' if bf16_is_fast() else 'no')")
 .venv/bin/python training/pretrain.py \
   --config_name small \
-  --config_overrides norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0 \
+  --config_overrides norm_first=true,hidden_dropout_prob=0,attention_probs_dropout_prob=0,position_encoding=sinusoidal_relative \
   --max_seq_length 128 \
   --seq_length_schedule 16:150,32:300,64:450 \
   --per_device_train_batch_size 32 \

@@ -182,7 +182,7 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             - `"sinusoidal_relative"`: the paper's encoding of the offset between tokens as a bias on the scores:
               nothing is added; the scores of head h get w_h·PE(p_j − p_i), one learned weighting w_h of the
               encoding per head (the positional bias of Transformer-XL, Dai et al. 2019), computed once per forward
-              pass and shared by every layer, [CLS] untied as with `"tupe"`. It depends on the offset alone. A bias,
+              pass and shared by every layer. It depends on the offset alone. A bias,
               as ALiBi's: calls with padding run on the padded layout, and flash attention is refused.
             With `position_mode="none"` there is no position to encode: leave it at `"sinusoidal"`.
         partial_rotary_factor (`float`, defaults to 1.0): the share of each head's dimensions that `"rotary"`

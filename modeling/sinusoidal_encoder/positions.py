@@ -224,7 +224,7 @@ class UntiedPositionScores(nn.Module):
 class RelativePositionScores(nn.Module):
     """`"sinusoidal_relative"`: the paper's encoding of the offset between two tokens, one learned weighting of it
     per head, as a bias on the scores (the global positional bias of Transformer-XL, Dai et al. 2019, term (d), whose
-    relative encoding is this sinusoid), [CLS] untied as TUPE unties it. Nothing is added to the input:
+    relative encoding is this sinusoid). Nothing is added to the input:
 
         score_h(i, j) = q_i·k_j / √hs + w_h·PE(p_j − p_i)
 
@@ -233,7 +233,8 @@ class RelativePositionScores(nn.Module):
     offset, through the rotation the paper derives, PE(p_j − p_i) = R(−p_i)·PE(p_j): w_h·PE(p_j − p_i) =
     PE(p_i)ᵀ M_h PE(p_j), with M_h block-diagonal, one block [[b, −a], [a, b]] per frequency (a, b: w_h's weights of
     that frequency's sine and cosine), which commutes with the rotations. w starts as a linear layer's weights
-    (normal, `initializer_range`), θ₁ and θ₂ at 0."""
+    (normal, `initializer_range`). The first token ([CLS]) stays tied to its position, unlike TUPE's: a classifier
+    on it then reads order through attention by offset (untied, the built-in order task learned far slower)."""
 
     def __init__(self, config: Any):
         super().__init__()
@@ -241,8 +242,6 @@ class RelativePositionScores(nn.Module):
         self.base = config.position_encoding_base
         self.initializer_range = config.initializer_range
         self.weight = nn.Parameter(torch.empty(config.num_attention_heads, config.hidden_size))  # w_h (nh, d)
-        self.first_token_row = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₁ (nh,)
-        self.first_token_column = nn.Parameter(torch.zeros(config.num_attention_heads))  # θ₂ (nh,)
         self.init_position_weights()
 
     def forward(self, position_ids: torch.Tensor) -> AttentionPositions:
@@ -253,14 +252,11 @@ class RelativePositionScores(nn.Module):
         rotated = torch.stack((b * sin - a * cos, a * sin + b * cos), dim=-1).flatten(
             -2
         )  # (B or 1, nh, T, d): M_h·PE_j
-        scores = encoding[:, None] @ rotated.transpose(-1, -2)  # (B or 1, nh, T, T): PE_iᵀ (M_h PE_j)
-        return AttentionPositions(bias=untie_first_token(scores, self.first_token_row, self.first_token_column))
+        return AttentionPositions(bias=encoding[:, None] @ rotated.transpose(-1, -2))  # (B or 1, nh, T, T)
 
     def init_position_weights(self) -> None:
-        """w as a linear layer's weights, θ₁ = θ₂ = 0 (the model's `_init_weights`)."""
+        """w as a linear layer's weights (the model's `_init_weights`)."""
         nn.init.normal_(self.weight, std=self.initializer_range)
-        nn.init.zeros_(self.first_token_row)
-        nn.init.zeros_(self.first_token_column)
 
 
 class ScaledEncodingSum(nn.Module):
@@ -396,12 +392,13 @@ POSITION_ENCODINGS: dict[str, PositionEncoding] = {
             "2019), in place of an encoding added to its embeddings",
             formula="h₀ = E[x]·√d\nattention, head h: score(i, j) = q_i·k_j/√{head} + w_h·PE(j − i), PE(pos, 2i) = "
             "sin(pos / {base}^(2i/d)), PE(pos, 2i+1) = cos(pos / {base}^(2i/d)); the term computed once and shared "
-            "by every layer; the first token's ([CLS]) row and column of it a learned θ₁ and θ₂ per head",
-            note="The encoding has no parameters; its weights w_h (one vector per head) and the [CLS] scalars θ₁, θ₂ "
-            "are learned, one set shared by all layers. The term depends on the offset between tokens alone.",
+            "by every layer",
+            note="The encoding has no parameters; its weights w_h (one vector per head) are learned, one set shared "
+            "by all layers. The term depends on the offset between tokens alone.",
             length="The bias is defined at every offset",
-            extrapolation="offsets longer than those of training give biases the model never saw; attention within "
-            "the training length's window at inference (`long_input_attention_window`) keeps them in range",
+            extrapolation="Transformer-XL's relative encoding was evaluated at attention lengths past its training "
+            "length (Dai et al., 2019); attention within a window at inference (`long_input_attention_window`) keeps "
+            "every offset in the trained range",
             tags=("sinusoidal-relative-position-bias",),
         ),
     ),
