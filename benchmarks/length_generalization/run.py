@@ -7,7 +7,8 @@ length 128, with the main job's recipe (scripts/pretrain.sh: pre-LN, no dropout,
 sequence-length warmup, bf16 where the CPU has bf16 instructions, 1,000 steps of 32 blocks) and identical data
 order, masks, steps, optimiser, schedule and seed (the flags of training/pretrain.py underneath):
 
-    shipped         ours as shipped: consecutive positions 0…T-1 (the paper's encoding), the main job itself
+    shipped         ours as shipped: consecutive positions 0…T-1, the paper's encoding added (the config's default;
+                    the main job's until 2026-11-28)
     ordered_subset  ours with `position_mode="ordered_subset"`: the randomized positions of Ruoss et al. (2023)
     stratified      ours with `position_mode="stratified"`, evenly spaced at inference
     offset          ours with `position_mode="random_offset"`: in training each sequence starts at a random position
@@ -29,8 +30,8 @@ order, masks, steps, optimiser, schedule and seed (the flags of training/pretrai
                     shifted by a random offset in training, so that only relative positions carry information
                     (SHAPE, Kiyono et al. 2021, on the paper's sinusoids)
     relative        ours with `position_encoding="sinusoidal_relative"`: nothing added; w_h·PE(p_j − p_i), the paper's
-                    encoding of the offset weighted per head, a bias on the scores shared by the layers, [CLS]
-                    untied (Transformer-XL's positional bias, Dai et al. 2019)
+                    encoding of the offset weighted per head, a bias on the scores shared by the layers
+                    (Transformer-XL's positional bias, Dai et al. 2019): the main job itself
 
 then evaluates every arm on the same held-out text at 128, 256, 512 and 1024 tokens (masked-token-weighted loss and
 perplexity, the order gap and the unigram baseline as pretraining's evaluation defines them, identical masks across

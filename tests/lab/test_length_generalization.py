@@ -53,9 +53,9 @@ def test_the_arms_differ_by_their_model_settings_alone(tmp_path):
     assert lg.arm_model("no_position", settings["no_position"]) is None  # built by pretraining from the settings
 
 
-def test_the_shipped_arm_is_the_main_job():
-    """The experiment's defaults train the shipped arm with seed 42 exactly as `bash scripts/pretrain.sh` does: its
-    flags, parsed by pretrain.py's parser, give the same settings (but for where and how often it saves)."""
+def test_the_relative_arm_is_the_main_job():
+    """The experiment's defaults train the `relative` arm with seed 42 exactly as `bash scripts/pretrain.sh` does:
+    its flags, parsed by pretrain.py's parser, give the same settings (but for where and how often it saves)."""
     script = (REPO / "scripts" / "pretrain.sh").read_text()
     lines = script[script.index(".venv/bin/python training/pretrain.py") :].splitlines()
     end = next(i for i, line in enumerate(lines) if not line.rstrip().endswith("\\"))  # the command's last line
@@ -63,9 +63,9 @@ def test_the_shipped_arm_is_the_main_job():
     precision = "bf16" if bf16_is_fast() else "no"
     argv = [precision if arg == "$precision" else arg for arg in argv if arg != "$@"]
     main_job = parse_config(PretrainingConfig, argv)
-    shipped = lg.arm_settings(lg.LengthGeneralizationConfig(output_dir="x"), "shipped", seed=42)
+    relative = lg.arm_settings(lg.LengthGeneralizationConfig(output_dir="x"), "relative", seed=42)
     saving = ("output_dir", "checkpointing_steps", "checkpoints_total_limit", "logging_steps")
-    assert dataclasses.replace(shipped, **{f: getattr(main_job, f) for f in saving}) == main_job
+    assert dataclasses.replace(relative, **{f: getattr(main_job, f) for f in saving}) == main_job
 
 
 def test_bert_arm_has_our_dimensions_and_computes_bert_loss():
