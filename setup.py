@@ -1,11 +1,11 @@
 """Packaging metadata lives in pyproject.toml; this file adds what follows from the repository: the console scripts,
-one per entry of the command table (training/sinusoidal_encoder_training/cli/commands.py, which imports
-nothing), and the two non-code files the training library reads (the shipped tokenizer and the model card template,
-at the top of the repository), under `sinusoidal_encoder_training/resources/`, so that a wheel or a non-editable
-install carries them."""
+one per entry of the command table (training/sinusoidal_encoder_training/cli/commands.py, gathered from the run
+configurations, which import nothing beyond the standard library), and the two non-code files the training library
+reads (the shipped tokenizer and the model card template, at the top of the repository), under
+`sinusoidal_encoder_training/resources/`, so that a wheel or a non-editable install carries them."""
 
-import runpy
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -24,9 +24,10 @@ class BuildPyWithResources(build_py):
             shutil.copyfile(ROOT / name, target / name)
 
 
-COMMANDS = runpy.run_path(str(ROOT / "training" / "sinusoidal_encoder_training" / "cli" / "commands.py"))
+sys.path.insert(0, str(ROOT / "training"))  # the package's source, read here without its dependencies
+from sinusoidal_encoder_training.cli.commands import console_scripts  # noqa: E402
 
 setup(
     cmdclass={"build_py": BuildPyWithResources},
-    entry_points={"console_scripts": COMMANDS["console_scripts"]()},
+    entry_points={"console_scripts": console_scripts()},
 )

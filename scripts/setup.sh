@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Set up .venv with the package (editable) and its training and development extras. Safe to run again: once this
-# pyproject.toml, setup.py and the command table they read (its console scripts) are installed (a stamp in .venv
-# records them), it does nothing, so a second run needs no package registry (resuming a run on a machine without one
-# works).
+# pyproject.toml, setup.py and the console scripts of the command table are installed (a stamp in .venv records
+# them), it does nothing, so a second run needs no package registry (resuming a run on a machine without one works).
+# `scripts/setup.sh --stamp` prints the stamp this checkout wants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 stamp=.venv/.installed-from
-wanted=$(cat pyproject.toml setup.py training/sinusoidal_encoder_training/cli/commands.py | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+# the command table, read as setup.py reads it: the package's source alone, no site-packages
+scripts=$("$PYTHON" -I -S -c "import sys; sys.path.insert(0, 'training')
+from sinusoidal_encoder_training.cli.commands import console_scripts; print(*console_scripts(), sep='\n')")
+wanted=$(printf '%s\n' "$(cat pyproject.toml setup.py)" "$scripts" | "$PYTHON" -c "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())")
+if [ "${1:-}" = "--stamp" ]; then
+  echo "$wanted"
+  exit 0
+fi
 if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] \
   && .venv/bin/python -c "import torch, sinusoidal_encoder, sinusoidal_encoder_training" 2>/dev/null; then
   exit 0

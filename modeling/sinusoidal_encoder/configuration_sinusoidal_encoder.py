@@ -6,6 +6,8 @@ its siblings `positions.py` and `position_modes.py`.
 
 from __future__ import annotations
 
+import re
+import textwrap
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -127,24 +129,8 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             model; inputs up to the training length attend fully, exactly as in training. None (the default) turns it
             off. Windowed long inputs use a `(T, T)` mask with sdpa or eager attention (not with flash attention).
         position_mode (`str`, defaults to `"consecutive"`): which positions a sequence gets when no `position_ids`
-            are passed (`position_modes.py` holds one function per mode):
-            - `"consecutive"`: 0…T-1, the paper's.
-            - `"random_offset"`: in training, each sequence's positions start at an offset drawn uniformly from
-              0…`max_position_offset`, so that the model meets positions beyond its training length without training
-              on longer sequences; evaluation and inference start at 0.
-            - `"ordered_subset"`: the randomized encoding of Ruoss et al. (2023, "Randomized Positional Encodings
-              Boost Length Generalization of Transformers"): each sequence of n real tokens gets n distinct positions
-              drawn uniformly from 0…`position_range`-1 and sorted, so that every position up to the range is seen in
-              training, however short the sequences. As in the paper this holds in training *and* at inference: in
-              training the draw uses the global RNG (seeded like dropout, restored by accelerate checkpoints); in
-              evaluation mode a generator seeded by `position_seed` and the sequence's length, so the same input
-              always gets the same positions, whatever the batch.
-            - `"stratified"`: a variant that keeps each token's rank in its position: the range is cut into n equal
-              cells, [⌊k·L/n⌋, ⌊(k+1)·L/n⌋), and the k-th real token's position is drawn uniformly from the k-th cell
-              (the same RNGs as `"ordered_subset"`), so positions never stray from k·L/n by a cell or more, where an
-              ordered subset's stray by about √n/2 cells. Best with `position_inference="evenly_spaced"`.
-            - `"none"`: no position encoding at all (token embeddings alone; `position_ids` are ignored): the
-              ablation that shows what the encoding is for.
+            are passed, one of the modes of `position_modes.POSITION_MODES` (each entry's `doc`):
+            {position_modes}
         max_position_offset (`int`, defaults to 0): the largest training offset of `"random_offset"` (at least 1
             there; 0 for the other modes).
         position_range (`int`, defaults to 2048): L, the number of positions `"ordered_subset"` and `"stratified"`
@@ -156,34 +142,12 @@ class SinusoidalEncoderConfig(PretrainedConfig):
             spacing without its noise: with `"ordered_subset"` the k-th of n real tokens gets ⌊k·L/n⌋, with
             `"stratified"` the middle of its cell, ⌊k·L/n⌋ + w // 2 for a cell of w positions. Training always draws.
 
-        position_encoding (`str`, defaults to `"sinusoidal"`): how the positions enter the model (`positions.py`
-            holds one function per encoding):
-            - `"sinusoidal"`: the paper's encoding PE(pos), added to the token embeddings.
-            - `"scaled_sinusoidal"`: PE(pos) times one learned scalar α, added to the token embeddings, and a LayerNorm
-              on the sum: LayerNorm(E[x]·√d + α·PE), as in Cramming (Geiping & Goldstein 2023). α starts at 1, so
-              that the LayerNorm first receives the paper's embedding sum (Cramming starts it at 1/√d beside token
-              embeddings not scaled by √d).
-            - `"sinusoidal_every_layer"`: PE(pos) added to the token embeddings, as the paper does, and again to the
-              input of every later layer, as the Universal Transformer adds it at every step (Dehghani et al. 2019).
-            - `"rotary"`: nothing is added; every attention layer rotates the first `partial_rotary_factor` of each
-              query and key head, pair by pair (2i, 2i+1), by the angle pos / base^(2i/r), r the rotated size: the
-              rotation that takes the sinusoidal encoding of size r from position 0 to pos (Su et al. 2021,
-              "RoFormer"), so that attention scores depend on the offset between tokens alone.
-            - `"alibi"`: nothing is added; every attention layer adds -m_h · |p_i - p_j| to the score of tokens i and
-              j in head h, with the paper's head slopes m_h (Press et al. 2022, "Train Short, Test Long"), made
-              symmetric for an encoder. The bias needs a score for every pair of tokens: calls with padding run on
-              the padded layout (not `unpad_inputs`), and flash attention is refused.
-            - `"tupe"`: untied positional attention (Ke, He & Liu 2021, "Rethinking Positional Encoding in Language
-              Pre-training"): nothing is added; the scores of head h are (x_i W_Q)(x_j W_K)ᵀ/√(2·hs) plus a
-              positional term (PE_i U_Q)(PE_j U_K)ᵀ/√(2·hs) from projections of its own, computed once per forward
-              pass and shared by every layer; the first token ([CLS]) is untied from positions: its row of the
-              term is a learned θ₁ per head, its column a learned θ₂. The term is a bias on the scores, as ALiBi's:
-              calls with padding run on the padded layout, and flash attention is refused.
-            - `"sinusoidal_relative"`: the paper's encoding of the offset between tokens as a bias on the scores:
-              nothing is added; the scores of head h get w_h·PE(p_j − p_i), one learned weighting w_h of the
-              encoding per head (the positional bias of Transformer-XL, Dai et al. 2019), computed once per forward
-              pass and shared by every layer. It depends on the offset alone. A bias,
-              as ALiBi's: calls with padding run on the padded layout, and flash attention is refused.
+        position_encoding (`str`, defaults to `"sinusoidal"`): how the positions enter the model, one of the encodings
+            of `positions.POSITION_ENCODINGS` (each entry's model card: what it is, its formula, what it learns):
+            {position_encodings}
+            An encoding that adds a bias to the attention scores (as ALiBi does) needs a score for every pair
+            of tokens: calls with padding run on the padded layout (not `unpad_inputs`), and flash attention is
+            refused.
             With `position_mode="none"` there is no position to encode: leave it at `"sinusoidal"`.
         partial_rotary_factor (`float`, defaults to 1.0): the share of each head's dimensions that `"rotary"`
             rotates, in (0, 1] (rounded down to an even number of dimensions); the rest carry no position.
@@ -309,5 +273,36 @@ class SinusoidalEncoderConfig(PretrainedConfig):
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"`pad_token_id` must lie in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}.")
 
+
+class _Symbols(dict):
+    """A card formula's fields as the docstring names them: `{base}` the base, `{head}` hs, `{rotary}` r, any other
+    field by its name."""
+
+    def __missing__(self, key: str) -> str:
+        return {"head": "hs", "rotary": "r"}.get(key, key)
+
+
+def _listed(texts: dict[str, str]) -> str:
+    """One docstring bullet per registered value, `- "name": text`, wrapped at the docstring's indent (the first
+    line's indent is the placeholder's)."""
+    bullets = (
+        textwrap.fill(f'- `"{name}"`: {text}', 119, initial_indent=" " * 12, subsequent_indent=" " * 14)
+        for name, text in texts.items()
+    )
+    return "\n".join(bullets).removeprefix(" " * 12)
+
+
+def _encoding_text(encoding: Any) -> str:
+    """An encoding as the docstring lists it, from its model card: what it is, its formula, what it learns."""
+    formula = re.sub(r"\s*\n\s*| {4,}", "; ", encoding.card.formula.format_map(_Symbols()))
+    return f"{encoding.card.summary}: {' '.join(formula.split())}. {encoding.card.note}"
+
+
+# the docstring lists each registered mode and encoding from its registry entry: a new one is described where it is
+if SinusoidalEncoderConfig.__doc__:  # None under `python -OO`
+    SinusoidalEncoderConfig.__doc__ = SinusoidalEncoderConfig.__doc__.format(
+        position_modes=_listed({name: mode.doc for name, mode in POSITION_MODES.items()}),
+        position_encodings=_listed({name: _encoding_text(e) for name, e in POSITION_ENCODINGS.items()}),
+    )
 
 __all__ = ["SinusoidalEncoderConfig"]

@@ -10,7 +10,7 @@ This file is copied as-is into Hub repositories with the model: it imports only 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -167,22 +167,51 @@ class PositionCard:
 class PositionMode:
     """A position mode: its function and the config fields it reads. `card`: how a model card describes a model of
     this mode when the mode decides it alone (`"none"`: no position to encode); None leaves it to the card of the
-    `position_encoding`."""
+    `position_encoding`. `doc`: what the mode does, as the config's docstring lists it."""
 
     select: Callable[[PositionRequest], Positions]
     parameters: tuple[str, ...] = ()
     card: PositionCard | None = None
+    doc: str = field(kw_only=True)
 
 
 _DRAWN = ("position_range", "position_seed", "position_inference")
 
 POSITION_MODES: dict[str, PositionMode] = {
-    "consecutive": PositionMode(consecutive_positions),
-    "random_offset": PositionMode(random_offset_positions, ("max_position_offset",)),
-    "ordered_subset": PositionMode(ordered_subset_positions, _DRAWN),
-    "stratified": PositionMode(stratified_positions, _DRAWN),
+    "consecutive": PositionMode(
+        consecutive_positions,
+        doc="0…T-1, the paper's.",
+    ),
+    "random_offset": PositionMode(
+        random_offset_positions,
+        ("max_position_offset",),
+        doc="in training, each sequence's positions start at an offset drawn uniformly from "
+        "0…`max_position_offset`, so that the model meets positions beyond its training length without training "
+        "on longer sequences; evaluation and inference start at 0.",
+    ),
+    "ordered_subset": PositionMode(
+        ordered_subset_positions,
+        _DRAWN,
+        doc='the randomized encoding of Ruoss et al. (2023, "Randomized Positional Encodings Boost Length '
+        'Generalization of Transformers"): each sequence of n real tokens gets n distinct positions drawn '
+        "uniformly from 0…`position_range`-1 and sorted, so that every position up to the range is seen in "
+        "training, however short the sequences. As in the paper this holds in training *and* at inference: in "
+        "training the draw uses the global RNG (seeded like dropout, restored by accelerate checkpoints); in "
+        "evaluation mode a generator seeded by `position_seed` and the sequence's length, so the same input "
+        "always gets the same positions, whatever the batch.",
+    ),
+    "stratified": PositionMode(
+        stratified_positions,
+        _DRAWN,
+        doc="a variant that keeps each token's rank in its position: the range is cut into n equal cells, [⌊k·L/n⌋, "
+        "⌊(k+1)·L/n⌋), and the k-th real token's position is drawn uniformly from the k-th cell (the same RNGs "
+        'as `"ordered_subset"`), so positions never stray from k·L/n by a cell or more, where an ordered '
+        'subset\'s stray by about √n/2 cells. Best with `position_inference="evenly_spaced"`.',
+    ),
     "none": PositionMode(
         no_positions,
+        doc="no position encoding at all (token embeddings alone; `position_ids` are ignored): the ablation that "
+        "shows what the encoding is for.",
         card=PositionCard(
             summary='no position information (`position_mode="none"`, an ablation)',
             formula="h₀ = E[x]·√d        (no position encoding)",

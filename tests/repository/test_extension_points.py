@@ -1,7 +1,7 @@
 """The changes docs/layout.md says cost two or three files, made here in-process (registered, not edited in) and
 followed to where they act: a new position mode reaches the embeddings through `position_modes.POSITION_MODES` alone; a
-new way positions enter attention reaches every attention path, and the model card with its own description, through
-its entry of `positions.POSITION_ENCODINGS` alone; a new
+new way positions enter attention reaches every attention path, the model card and the config's docstring with its
+own description, through its entry of `positions.POSITION_ENCODINGS` alone; a new
 field of a run configuration becomes a flag, its help, a setting of the run record and of the resume check; a new
 `eval_*` figure reaches metrics.jsonl and the log line as it comes. A new task head (a model class, its `AUTO_MAP`
 line and its task package) is shown by span classification, added that way, and the tests that run over the task
@@ -27,7 +27,9 @@ def doubled_positions(request: position_modes.PositionRequest) -> position_modes
 
 
 def test_a_position_mode_registered_in_positions_reaches_the_embeddings(monkeypatch, tmp_path):
-    monkeypatch.setitem(position_modes.POSITION_MODES, "doubled", position_modes.PositionMode(doubled_positions))
+    monkeypatch.setitem(
+        position_modes.POSITION_MODES, "doubled", position_modes.PositionMode(doubled_positions, doc="0, 2, 4, ...")
+    )
     model = se.SinusoidalEncoderModel(tiny_config(position_mode="doubled")).eval()
     reference = se.SinusoidalEncoderModel(tiny_config()).eval()
     reference.load_state_dict(model.state_dict())
@@ -94,6 +96,24 @@ def test_a_position_encoding_registered_in_positions_is_described_by_the_model_c
     assert "- distance-buckets\n" in text and "sinusoidal-position-encoding" not in text and "PE(pos" not in text
     if importlib.util.find_spec("matplotlib"):
         assert "encoding_heatmap.png" not in draw_pictures(str(tmp_path), model.config)
+
+
+def test_the_config_docstring_lists_every_registered_scheme_from_its_entry():
+    """`SinusoidalEncoderConfig`'s docstring describes each position mode (its `doc`) and each encoding (its card:
+    summary, formula, note) from the registries, so that a new scheme is described where it is registered: the
+    configuration module names none of them itself."""
+    from sinusoidal_encoder import configuration_sinusoidal_encoder as configuration
+
+    folded = " ".join(se.SinusoidalEncoderConfig.__doc__.split())
+    for name, mode in position_modes.POSITION_MODES.items():
+        assert f'- `"{name}"`: {" ".join(mode.doc.split())}' in folded, name
+    for name, encoding in positions.POSITION_ENCODINGS.items():
+        assert f'- `"{name}"`: {" ".join(encoding.card.summary.split())}: ' in folded, name
+        assert " ".join(encoding.card.note.split()) in folded, name
+    assert "PE(pos, 2i) = sin(pos / base^(2i/d))" in folded and "{" not in folded  # formulas filled in, symbolically
+    source = open(configuration.__file__, encoding="utf-8").read()
+    registered = [*position_modes.POSITION_MODES, *positions.POSITION_ENCODINGS]
+    assert not [name for name in registered if f'- `"{name}"`' in source]
 
 
 def test_a_new_run_setting_is_a_flag_with_help_and_a_setting_of_the_run_record(tmp_path, capsys):

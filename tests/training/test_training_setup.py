@@ -139,22 +139,27 @@ def test_each_checkout_script_runs_its_command_of_the_table():
 
 def test_the_console_scripts_and_python_m_follow_the_command_table():
     """setup.py declares one console script per command of the table, naming its callable in `console`, which runs
-    the command's stage; `python -m sinusoidal_encoder_training` lists every command and runs any of them."""
-    assert COMMANDS["evaluate"].module == "stages.evaluate"  # the table holds every command, the newest too
+    the command's stage; `python -m sinusoidal_encoder_training` lists every command and runs any of them. The table
+    is gathered from the configurations' modules, each declaring its command beside its class."""
+    declared = {
+        path.stem
+        for path in (REPO / "training" / "sinusoidal_encoder_training" / "configs").glob("*.py")
+        if "\nCOMMAND = CommandEntry(" in path.read_text()
+    }
+    assert {entry.config.__module__.rpartition(".")[2] for entry in COMMANDS.values()} == declared
+    assert len(COMMANDS) == len(declared) >= 8 and COMMANDS["publish"].module == "publishing.hub"
     expected = [
         f"{SCRIPT_PREFIX}{name} = sinusoidal_encoder_training.cli.console:{name.replace('-', '_')}"
         for name in COMMANDS
     ]
     assert console_scripts() == expected
-    setup_source = (REPO / "setup.py").read_text()
-    assert '"console_scripts": COMMANDS["console_scripts"]()' in setup_source
+    assert '"console_scripts": console_scripts()' in (REPO / "setup.py").read_text()
     assert "[project.scripts]" not in (REPO / "pyproject.toml").read_text()  # one list of scripts: the table
     for name, entry in COMMANDS.items():
         command = getattr(console, name.replace("-", "_"))
-        assert command.module == entry.module and importlib.util.find_spec(
-            f"sinusoidal_encoder_training.{entry.module}"
-        )
-        assert (command.config_class is None) == (entry.config is None)
+        assert command.module == entry.module and command.config_class is entry.config
+        stage = importlib.import_module(f"sinusoidal_encoder_training.{entry.module}")
+        assert callable(stage.run), name
     listing = subprocess.run(
         [sys.executable, "-m", "sinusoidal_encoder_training"], capture_output=True, text=True, timeout=120
     )
@@ -194,15 +199,15 @@ def test_pretraining_builds_the_model_it_trains_and_exports_the_published_defaul
 
 @pytest.mark.slow
 def test_setup_run_again_installs_nothing_and_needs_no_registry():
-    """scripts/setup.sh, once this pyproject.toml, setup.py and command table are installed (the stamp it writes),
-    does nothing: resuming with the README's scripts works on a machine without the package registry."""
-    import hashlib
+    """scripts/setup.sh, once this pyproject.toml, setup.py and the command table's console scripts are installed
+    (the stamp it writes), does nothing: resuming with the README's scripts works on a machine without the package
+    registry."""
     import os
-    import subprocess
 
     stamp = REPO / ".venv" / ".installed-from"
-    installed = ("pyproject.toml", "setup.py", "training/sinusoidal_encoder_training/cli/commands.py")
-    wanted = hashlib.sha256(b"".join((REPO / name).read_bytes() for name in installed)).hexdigest()
+    wanted = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), "--stamp"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     if not stamp.exists() or stamp.read_text().strip() != wanted:
         pytest.skip("this .venv was not set up by scripts/setup.sh from this pyproject.toml (run it first)")
     no_registry = {**os.environ, "PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/none"}
@@ -272,3 +277,57 @@ def test_the_task_table_has_one_entry_per_head_of_the_model():
     units = {"architectures": ["SinusoidalEncoderForSequenceClassification"], "problem_type": "regression"}
     assert loss_unit(units) == "squared error per output"
     assert loss_unit({"architectures": ["SinusoidalEncoderForMaskedLM"]}) == "nats per masked token"
+
+
+def test_setup_reads_the_command_table_with_the_standard_library_alone():
+    """setup.py gathers the console scripts in pip's build environment, where only setuptools is installed: the
+    table and the configurations it imports need nothing beyond the standard library (an interpreter without
+    site-packages gets the same scripts)."""
+    code = (
+        "import sys; sys.path.insert(0, 'training')\n"
+        "from sinusoidal_encoder_training.cli.commands import console_scripts; print(*console_scripts(), sep='\\n')"
+    )
+    bare = subprocess.run([sys.executable, "-I", "-S", "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert bare.returncode == 0 and bare.stdout.splitlines() == console_scripts(), bare.stderr[-2000:]
+
+
+def test_a_configuration_module_that_declares_a_command_is_a_command(tmp_path, monkeypatch, capsys):
+    """A new command is two modules: its configuration (the class and its `COMMAND` entry) in `configs/` and its
+    stage (`run(config)`). Dropped into the folder, it is in the table, behind `console` and `python -m`'s list, with
+    its flags, `--help` and one-line refusals."""
+    from sinusoidal_encoder_training import __main__ as package_main
+    from sinusoidal_encoder_training import configs
+    from sinusoidal_encoder_training.cli import commands
+
+    (tmp_path / "greeting.py").write_text(
+        "import dataclasses\n"
+        "from sinusoidal_encoder_training.cli.arguments import CommandEntry, FlagConfig, check_positive\n\n\n"
+        "@dataclasses.dataclass(frozen=True, kw_only=True)\n"
+        "class GreetingConfig(FlagConfig):\n"
+        '    """Greet someone."""\n\n'
+        "    who: str = dataclasses.field(metadata={'help': 'Whom.', 'positional': True})\n"
+        "    times: int = dataclasses.field(default=1, metadata={'help': 'How often.'})\n\n"
+        "    def __post_init__(self):\n"
+        "        super().__post_init__()\n"
+        "        check_positive(self, 'times')\n\n\n"
+        "def run(config):\n"
+        "    print(' '.join(['hello', config.who] * config.times))\n\n\n"
+        "COMMAND = CommandEntry('greet', 'configs.greeting', GreetingConfig, 'greet someone')\n"
+    )
+    monkeypatch.setattr(configs, "__path__", [*configs.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "sinusoidal_encoder_training.configs.greeting", raising=False)
+    table = commands.gather_commands()
+    assert list(table) == sorted(table) and set(table) == {*COMMANDS, "greet"}
+    monkeypatch.setattr(commands, "COMMANDS", table)
+    monkeypatch.setattr(console, "COMMANDS", table)
+    monkeypatch.setattr(package_main, "COMMANDS", table)
+    assert f"{SCRIPT_PREFIX}greet = sinusoidal_encoder_training.cli.console:greet" in commands.console_scripts()
+    console.greet(["world", "--times", "2"])
+    assert capsys.readouterr().out == "hello world hello world\n"
+    package_main.main([])
+    assert "  greet " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        package_main.main(["greet", "world", "--times", "0"])
+    assert refused.value.code == 2 and capsys.readouterr().err.endswith(
+        "--times must be a positive integer, got 0.\n"
+    )

@@ -14,10 +14,17 @@ import pytest
 from conftest import REPO, TINY, env, metrics, tiny_pretraining, write_text_corpus
 
 from benchmarks.length_generalization import run as lg
+from sinusoidal_encoder_training.cli import console
 from sinusoidal_encoder_training.cli.arguments import ConfigParser, parse_config
-from sinusoidal_encoder_training.configs import DataConfig, FinetuningConfig, PretrainingConfig, TrainingConfig
-from sinusoidal_encoder_training.publishing import hub, onnx_export
-from sinusoidal_encoder_training.stages import distillation, fill_mask, finetuning, pretraining, tokenizer_training
+from sinusoidal_encoder_training.cli.commands import COMMANDS as TABLE
+from sinusoidal_encoder_training.configs import (
+    DataConfig,
+    FinetuningConfig,
+    OnnxExportConfig,
+    PretrainingConfig,
+    TrainingConfig,
+)
+from sinusoidal_encoder_training.stages import pretraining
 
 MODEL = str(REPO / "tokenizer_config")  # a folder that exists: the source check passes (nothing is loaded)
 
@@ -105,9 +112,9 @@ def test_the_command_line_is_generated_from_the_fields():
     assert parse_config(PretrainingConfig, ["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
     tuned = parse_config(FinetuningConfig, ["--model_name_or_path", MODEL, "--output_dir", "o", "--baselines"])
     assert tuned == FinetuningConfig(model_name_or_path=MODEL, output_dir="o", baselines=True)
-    assert parse_config(
-        onnx_export.OnnxExportConfig, [MODEL, "--output", "m.onnx", "--no_check"]
-    ) == onnx_export.OnnxExportConfig(model=MODEL, output="m.onnx", no_check=True)
+    assert parse_config(OnnxExportConfig, [MODEL, "--output", "m.onnx", "--no_check"]) == OnnxExportConfig(
+        model=MODEL, output="m.onnx", no_check=True
+    )
     assert lg.parse_args(["--output_dir", "o", "--seeds", "3", "4", "--finetune_arms"]) == (
         lg.LengthGeneralizationConfig(output_dir="o", seeds=[3, 4], finetune_arms=[])
     )
@@ -128,14 +135,7 @@ def test_the_command_line_refuses_what_argparse_can_tell(argv, capsys):
     assert "usage:" in capsys.readouterr().err
 
 
-CONFIGS = [
-    PretrainingConfig,
-    FinetuningConfig,
-    tokenizer_training.TokenizerTrainingConfig,
-    onnx_export.OnnxExportConfig,
-    distillation.DistillationConfig,
-    lg.LengthGeneralizationConfig,
-]
+CONFIGS = [*(entry.config for entry in TABLE.values()), lg.LengthGeneralizationConfig]
 
 
 @pytest.mark.parametrize("config_class", CONFIGS, ids=lambda c: c.__name__)
@@ -148,25 +148,10 @@ def test_every_setting_has_help_and_one_flag(config_class):
     assert not [s for a in parser._actions for s in a.option_strings if "-" in s.lstrip("-")]
 
 
-# every command a user runs: how the documentation calls it, and its `main`
-COMMANDS = {
-    "pretrain": pretraining.main,
-    "finetune": finetuning.main,
-    "train_tokenizer": tokenizer_training.main,
-    "fill_mask": fill_mask.main,
-    "export_onnx": onnx_export.main,
-    "distill": distillation.main,
-    "publish": hub.main,
-}
-MODULES = {
-    "pretrain": "pretraining",
-    "finetune": "finetuning",
-    "train_tokenizer": "tokenizer_training",
-    "fill_mask": "fill_mask",
-    "export_onnx": "onnx_export",
-    "distill": "distillation",
-    "publish": "hub",
-}
+# every command a user runs (the command table), as the documentation calls it (`training/NAME.py`, the console
+# script, `python -m sinusoidal_encoder_training.MODULE`), and the module of its stage
+COMMANDS = {name.replace("-", "_"): console.command(name) for name in TABLE}
+MODULES = {name.replace("-", "_"): entry.module for name, entry in TABLE.items()}
 DOCUMENTS = sorted(
     {*REPO.glob("*.md"), *REPO.glob("docs/**/*.md"), *REPO.glob("scripts/*.sh"), *REPO.glob("benchmarks/**/*.md")}
 )

@@ -1,8 +1,9 @@
 """What run configurations are built from, and the command lines made of them: each setting is a field of a frozen
 dataclass (`FlagConfig`), with its default and help text (`field(default=..., metadata={"help": ...})`), checked in
-`__post_init__`; `ConfigParser` turns the fields into flags with argparse alone (`parse_config`). Here too: the checks
-several settings share (a model or dataset name, a positive count, config overrides). The configurations themselves
-are in `configs`. Importing this module imports no heavy library."""
+`__post_init__`; `ConfigParser` turns the fields into flags with argparse alone (`parse_config`); a `CommandEntry`
+makes a configuration a command. Here too: the checks several settings share (a model or dataset name, a positive
+count, config overrides). The configurations themselves are in `configs`. Importing this module imports no heavy
+library."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import math
 import os
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 
@@ -64,6 +65,20 @@ class FlagConfig:
             for field in dataclasses.fields(self)
             if field.metadata.get("clears") and getattr(self, field.name)
         ]
+
+
+class CommandEntry(NamedTuple):
+    """A command, declared beside its configuration (`COMMAND = CommandEntry(...)` in a module of `configs`, which
+    `commands.COMMANDS` gathers): its name (the console script `sinusoidal-encoder-NAME`), the module of
+    `sinusoidal_encoder_training` whose `run(config)` does its work, its configuration class, what it does in a few
+    words, and the extras of pyproject.toml it needs beyond the base install (a run without the first one ends in
+    one line naming it)."""
+
+    name: str
+    module: str
+    config: type[FlagConfig]
+    summary: str
+    extras: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

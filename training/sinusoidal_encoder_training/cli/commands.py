@@ -1,54 +1,43 @@
-"""The table of the package's commands, one entry each. Everything a command is besides its stage module follows
-from its entry: its console script `sinusoidal-encoder-NAME` (setup.py declares one per entry),
-`python -m sinusoidal_encoder_training NAME` (and `accelerate launch -m sinusoidal_encoder_training NAME`), the
-callable that both run (`console.NAME`, with `-` as `_`), the list `python -m sinusoidal_encoder_training` prints,
-and the packaging tests. A new command is its stage module (a configuration class in `configs` and `run(config)`)
-and one line here.
+"""The table of the package's commands, gathered from the configurations: a module of `configs` that declares
+`COMMAND = CommandEntry(...)` (after its configuration class) makes a command. Everything a command is besides its
+configuration and its stage follows from its entry: its console script `sinusoidal-encoder-NAME` (setup.py declares
+one per entry), `python -m sinusoidal_encoder_training NAME` (and `accelerate launch -m sinusoidal_encoder_training
+NAME`), the callable that both run (`console.NAME`, with `-` as `_`), the list `python -m sinusoidal_encoder_training`
+prints, and the packaging tests. A new command is two modules: its configuration (`configs/NAME.py`, the class and its
+entry) and its stage (`run(config)`).
 
-This module imports nothing, so that setup.py can read it without the package's dependencies.
+Gathering the table imports the configurations alone, which import nothing beyond the standard library: setup.py
+reads it without the package's dependencies, and `--help` answers before torch is imported.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import importlib
+import pkgutil
 
+from sinusoidal_encoder_training import configs
+from sinusoidal_encoder_training.cli.arguments import CommandEntry
 
-class CommandEntry(NamedTuple):
-    """A command: the module of `sinusoidal_encoder_training` that does its work (its `run(config)`, or `main(argv)`
-    for a command that parses its own flags), the name of its configuration class in `configs` (None: it parses its
-    own), what it does in a few words, and the extras of pyproject.toml it needs beyond the base install (a run
-    without the first one ends in one line naming it)."""
-
-    module: str
-    config: str | None
-    summary: str
-    extras: tuple[str, ...] = ()
-
-
-COMMANDS = {
-    "pretrain": CommandEntry(
-        "stages.pretraining", "PretrainingConfig", "pretrain a model by masked language modelling", ("training",)
-    ),
-    "finetune": CommandEntry("stages.finetuning", "FinetuningConfig", "fine-tune a model on a task", ("training",)),
-    "evaluate": CommandEntry(
-        "stages.evaluate",
-        "EvaluationConfig",
-        "score a pretrained model on a dataset, at several lengths",
-        ("training",),
-    ),
-    "train-tokenizer": CommandEntry(
-        "stages.tokenizer_training", "TokenizerTrainingConfig", "train a byte-level BPE tokenizer", ("training",)
-    ),
-    "fill-mask": CommandEntry("stages.fill_mask", "FillMaskConfig", "show a masked-LM model's predictions"),
-    "export-onnx": CommandEntry(
-        "publishing.onnx_export", "OnnxExportConfig", "export a model folder to ONNX", ("onnx",)
-    ),
-    "distill": CommandEntry(
-        "stages.distillation", "DistillationConfig", "distil a sentence-embedding model", ("integrations", "training")
-    ),
-    "publish": CommandEntry("publishing.hub", None, "upload a model folder to the Hugging Face Hub"),
-}
 SCRIPT_PREFIX = "sinusoidal-encoder-"
+
+
+def gather_commands() -> dict[str, CommandEntry]:
+    """The entries the modules of `configs` declare (`COMMAND`), by name, in alphabetical order."""
+    entries = []
+    for module_info in pkgutil.iter_modules(configs.__path__):
+        module = importlib.import_module(f"{configs.__name__}.{module_info.name}")
+        entry = getattr(module, "COMMAND", None)
+        if entry is not None:
+            if not isinstance(entry, CommandEntry):
+                raise TypeError(f"{module.__name__}.COMMAND is not a CommandEntry: {entry!r}")
+            entries.append(entry)
+    names = [entry.name for entry in entries]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two configurations declare the same command: {sorted(names)}")
+    return {entry.name: entry for entry in sorted(entries, key=lambda entry: entry.name)}
+
+
+COMMANDS = gather_commands()
 
 
 def console_scripts() -> list[str]:

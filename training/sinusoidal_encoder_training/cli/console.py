@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-from sinusoidal_encoder_training import configs
-from sinusoidal_encoder_training.cli.arguments import parse_config
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, parse_config
 from sinusoidal_encoder_training.cli.command_line import front
 from sinusoidal_encoder_training.cli.commands import COMMANDS
 
@@ -20,23 +19,21 @@ from sinusoidal_encoder_training.cli.commands import COMMANDS
 class Command:
     """A console script (`console.py`): calling it parses the flags (`argv`, `sys.argv[1:]` by default) into
     `config_class` (`--help`, and a bad value's one line, come before any library that does the work is imported),
-    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front. A stage without
-    a configuration class parses its own flags: its `main(argv)` is called."""
+    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front."""
 
     module: str
-    config_class: type | None = None
+    config_class: type[FlagConfig]
 
     def __call__(self, argv: list[str] | None = None) -> None:
         with front():
-            config = None if self.config_class is None else parse_config(self.config_class, argv)
-            stage = importlib.import_module(f"sinusoidal_encoder_training.{self.module}")
-            stage.main(argv) if config is None else stage.run(config)
+            config = parse_config(self.config_class, argv)
+            importlib.import_module(f"sinusoidal_encoder_training.{self.module}").run(config)
 
 
 def command(name: str) -> Command:
     """The command `name` of `commands.COMMANDS` (`fill-mask`, or `fill_mask`)."""
     entry = COMMANDS[name.replace("_", "-")]
-    return Command(entry.module, None if entry.config is None else getattr(configs, entry.config))
+    return Command(entry.module, entry.config)
 
 
 def __getattr__(name: str) -> Command:

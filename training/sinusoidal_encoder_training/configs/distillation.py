@@ -7,7 +7,13 @@ import importlib.util
 import os
 from typing import Literal
 
-from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
+from sinusoidal_encoder_training.cli.arguments import (
+    Cleared,
+    CommandEntry,
+    check_model_source,
+    check_positive,
+    check_seeds,
+)
 from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
 from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig
 
@@ -130,3 +136,12 @@ class DistillationConfig(DataConfig, LanguageConfig):
         """The output folder, whose model files the run replaces (a teacher or a student there would be
         overwritten)."""
         return [Cleared("distillation writes its model into", self.output_dir, "--output_dir")]
+
+
+COMMAND = CommandEntry(
+    "distill",
+    "stages.distillation",
+    DistillationConfig,
+    "distil a sentence-embedding model",
+    ("integrations", "training"),
+)

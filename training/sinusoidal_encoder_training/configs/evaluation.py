@@ -5,7 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from sinusoidal_encoder_training.cli.arguments import Cleared, check_model_source, check_positive, check_seeds
+from sinusoidal_encoder_training.cli.arguments import (
+    Cleared,
+    CommandEntry,
+    check_model_source,
+    check_positive,
+    check_seeds,
+)
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs.data import DataConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.finetuning import TaskDataConfig
@@ -104,3 +110,12 @@ class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
         if self.output_file is None:
             return []
         return [Cleared("the results would replace", self.output_file, "--output_file")]
+
+
+COMMAND = CommandEntry(
+    "evaluate",
+    "stages.evaluate",
+    EvaluationConfig,
+    "score a pretrained model on a dataset, at several lengths",
+    ("training",),
+)

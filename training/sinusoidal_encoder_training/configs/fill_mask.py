@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive
+from sinusoidal_encoder_training.cli.arguments import CommandEntry, FlagConfig, check_model_source, check_positive
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,3 +40,6 @@ class FillMaskConfig(FlagConfig):
         super().__post_init__()
         check_positive(self, "top_k")
         check_model_source("MODEL", self.model)
+
+
+COMMAND = CommandEntry("fill-mask", "stages.fill_mask", FillMaskConfig, "show a masked-LM model's predictions")

@@ -6,7 +6,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 
-from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive, redefault
+from sinusoidal_encoder_training.cli.arguments import (
+    CommandEntry,
+    FlagConfig,
+    check_model_source,
+    check_positive,
+    redefault,
+)
 from sinusoidal_encoder_training.cli.command_line import UsageError, require_extra
 from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
@@ -166,3 +172,6 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
         """Whether the run scores the baselines: `--baselines`, or the built-in task where scikit-learn is installed
         (without it, the built-in task goes without them, and says so)."""
         return self.baselines or (self.builtin and importlib.util.find_spec("sklearn") is not None)
+
+
+COMMAND = CommandEntry("finetune", "stages.finetuning", FinetuningConfig, "fine-tune a model on a task", ("training",))

@@ -7,7 +7,7 @@ import dataclasses
 import importlib.util
 import os
 
-from sinusoidal_encoder_training.cli.arguments import Cleared, FlagConfig, check_model_source
+from sinusoidal_encoder_training.cli.arguments import Cleared, CommandEntry, FlagConfig, check_model_source
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.run_folder import creation_failure, existing_parent
 from sinusoidal_encoder_training.tasks.registry import EXPORTED
@@ -101,6 +101,11 @@ class OnnxExportConfig(FlagConfig):
         if os.path.isdir(self.output) or self.output.endswith(("/", os.sep)):
             return os.path.join(self.output, "model.onnx")
         return self.output
+
+
+COMMAND = CommandEntry(
+    "export-onnx", "publishing.onnx_export", OnnxExportConfig, "export a model folder to ONNX", ("onnx",)
+)
 
 
 def check_opset(opset: int) -> None:

@@ -9,7 +9,7 @@ from typing import Literal
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.publishing.hub import check_hub_model_id
+from sinusoidal_encoder_training.configs.publishing import check_hub_model_id
 from sinusoidal_encoder_training.runs.checkpoints import checkpoint_damage, resolve_checkpoint
 
 LR_SCHEDULERS = Literal[

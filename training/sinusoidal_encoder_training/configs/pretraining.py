@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sinusoidal_encoder_training.cli.arguments import check_model_source
+from sinusoidal_encoder_training.cli.arguments import CommandEntry, check_model_source
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
@@ -95,6 +95,11 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
     def length_schedule(self) -> tuple[tuple[int, int], ...]:
         """`--seq_length_schedule` parsed: ((length, until step), ...), empty without a warmup."""
         return parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
+
+
+COMMAND = CommandEntry(
+    "pretrain", "stages.pretraining", PretrainingConfig, "pretrain a model by masked language modelling", ("training",)
+)
 
 
 def parse_length_schedule(text: str | None, max_seq_length: int) -> tuple[tuple[int, int], ...]:

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from sinusoidal_encoder_training.cli.arguments import check_positive, check_seeds
+from sinusoidal_encoder_training.cli.arguments import CommandEntry, check_positive, check_seeds
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs.data import DataConfig
 from sinusoidal_encoder_training.runs.atomic import is_temporary
@@ -86,6 +86,15 @@ class TokenizerTrainingConfig(DataConfig):
                 "use hold 30,000 to 260,000 tokens."
             )
         check_positive(self, "model_max_length")
+
+
+COMMAND = CommandEntry(
+    "train-tokenizer",
+    "stages.tokenizer_training",
+    TokenizerTrainingConfig,
+    "train a byte-level BPE tokenizer",
+    ("training",),
+)
 
 
 TRAINER_BYTES_PER_TOKEN = 56  # what the `tokenizers` BPE trainer reserves per token of --vocab_size (0.23: 56.7)

@@ -1,26 +1,14 @@
-"""Publish an exported model folder (from pretraining or fine-tuning) to the Hugging Face Hub.
-
-    python training/publish.py outputs/small-builtin --hub_model_id user/sinusoidal-small [--private]
-    python training/publish.py outputs/small-builtin --hub_model_id user/sinusoidal-small --dry_run
-
-Uploads the folder (weights, config, code, tokenizer, README.md model card, pictures, metrics, an ONNX export) in one
-commit with huggingface_hub, never its resumable `checkpoints/` or tracker logs. A card written without a Hub id
-loads the local folder by its name in its code; the uploaded card names the Hub id instead, so that it runs as
-written. The folder itself is never changed. Before anything else the Hub id's form is checked ('namespace/name'),
-then the weights: every safetensors file must be readable, and its tensors those of the model of config.json, in
-their shapes. `--dry_run` checks the same, lists every file and its size and prints the card as it would be
-published, without contacting the Hub. Log in first (`hf auth login`) or set HF_TOKEN: the token is checked before
-anything is uploaded.
-"""
+"""Publish an exported model folder to the Hugging Face Hub: the command `sinusoidal-encoder-publish` (its flags and
+what it does: `configs.publishing.PublishConfig`), and the checks and the upload it is made of."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import re
 
+from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, front, weights_misfit
+from sinusoidal_encoder_training.configs.publishing import PublishConfig
 
 REQUIRED = ("config.json", "README.md")
 CARD = "README.md"
@@ -29,30 +17,7 @@ IGNORED = ("checkpoints/*", "runs/*", "*.pt", "*.pkl", ".git/*", ".cache/*", "*/
 # where the errors of talking to the Hub come from: huggingface_hub and the HTTP clients it has used
 HUB_ERROR_MODULES = ("huggingface_hub", "httpx", "httpx2", "httpcore", "requests", "urllib3")
 RETRY = "log in with `hf auth login` (or set HF_TOKEN) and check the network"
-# a model repository on the Hub: a namespace (a user or an organisation) and a name, of ASCII letters, digits, '-',
-# '_' and '.' (with huggingface_hub's `validate_repo_id` for the rest of its rules)
-HUB_MODEL_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-HUB_MODEL_ID_FORM = (
-    "'namespace/name', your user or organisation and the model's name, e.g. 'you/my-encoder' (ASCII letters, "
-    "digits, '-', '_' and '.'; no '--' or '..'; no part starting or ending with '-' or '.'; at most 96 characters)"
-)
 AGAIN = "export the model again"
-
-
-def check_hub_model_id(repo_id: str, flag: str = "--hub_model_id") -> str:
-    """`repo_id`, if it has the form of a Hub model repository ('namespace/name'); else a `UsageError` naming it
-    (after `flag`) and the form expected. What every command that takes a Hub id checks before any work."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-        valid = HUB_MODEL_ID.fullmatch(repo_id) is not None
-    except HFValidationError:
-        valid = False
-    if not valid:
-        raise UsageError(f"{flag} {repo_id!r} is not a Hub model id: expected {HUB_MODEL_ID_FORM}.")
-    return repo_id
 
 
 def files_to_upload(folder: str) -> list[str]:
@@ -246,36 +211,36 @@ def _meta_model(folder: str):
         return model_class(config)
 
 
-def main(argv: list[str] | None = None, api=None) -> str | None:
-    """The command line: `sinusoidal-encoder-publish`, `python -m sinusoidal_encoder_training.publishing.hub`, or
-    `training/publish.py` in a checkout. `api` is an `HfApi` (injectable for tests). Returns the commit's URL (None
-    for a dry run)."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", help="The exported folder (the --output_dir of pretrain.py or finetune.py).")
-    parser.add_argument("--hub_model_id", required=True, help="The Hub repository, e.g. 'user/my-encoder'.")
-    parser.add_argument("--private", action="store_true", help="Create the repository as private.")
-    parser.add_argument("--commit_message", default=None, help="The commit message of the upload.")
-    parser.add_argument(
-        "--dry_run", action="store_true", help="List the files and show the card as published; upload nothing."
-    )
-    args = parser.parse_args(argv)
-    check_hub_model_id(args.hub_model_id)
-    check_folder(args.folder)
-    check_weights(args.folder)
-    if args.dry_run:
-        print(describe_upload(args.folder, args.hub_model_id))
+def run(config: PublishConfig, api=None) -> str | None:
+    """Publish `config.folder` as `config.hub_model_id` (whose form its configuration checked), after checking the
+    folder and its weights. `api` is an `HfApi` (injectable for tests). Returns the commit's URL (None for a dry
+    run)."""
+    check_folder(config.folder)
+    check_weights(config.folder)
+    if config.dry_run:
+        print(describe_upload(config.folder, config.hub_model_id))
         return None
-    check_hub_access(args.hub_model_id, api)
+    check_hub_access(config.hub_model_id, api)
     try:
         result = push_folder_to_hub(
-            args.folder, args.hub_model_id, private=args.private, api=api, commit_message=args.commit_message
+            config.folder,
+            config.hub_model_id,
+            private=config.private,
+            api=api,
+            commit_message=config.commit_message,
         )
     except Exception as error:
         if not _hub_error(error):
             raise
-        raise UsageError(f"the upload to {args.hub_model_id!r} failed: {error_line(error)} ({RETRY}).") from error
-    print(f"uploaded {args.folder} to https://huggingface.co/{args.hub_model_id}")
+        raise UsageError(f"the upload to {config.hub_model_id!r} failed: {error_line(error)} ({RETRY}).") from error
+    print(f"uploaded {config.folder} to https://huggingface.co/{config.hub_model_id}")
     return str(result)
+
+
+def main(argv: list[str] | None = None, api=None) -> str | None:
+    """The command line (`sinusoidal-encoder-publish`, `python -m sinusoidal_encoder_training.publishing.hub`, or
+    `training/publish.py` in a checkout): `run` on the configuration of `argv`."""
+    return run(parse_config(PublishConfig, argv), api)
 
 
 if __name__ == "__main__":
