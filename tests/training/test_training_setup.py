@@ -328,6 +328,4 @@ def test_a_configuration_module_that_declares_a_command_is_a_command(tmp_path, m
     assert "  greet " in capsys.readouterr().out
     with pytest.raises(SystemExit) as refused:
         package_main.main(["greet", "world", "--times", "0"])
-    assert refused.value.code == 2 and capsys.readouterr().err.endswith(
-        "--times must be a positive integer, got 0.\n"
-    )
+    assert refused.value.code == 2 and capsys.readouterr().err.endswith("--times must be a positive integer, got 0.\n")
