@@ -317,7 +317,6 @@ def markdown(record: dict) -> str:
 def profiles(args: argparse.Namespace, shape: Shape) -> str:
     """Per-op tables of every cell, ours and BERT, in this process (one model at a time). In the compiled cells
     inductor's generated kernels appear by name (`cpp_fused_...`) beside the library calls they leave in place."""
-    from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
 
     sections = ["# Where the time goes: per-op tables of every cell", ""]
@@ -330,11 +329,8 @@ def profiles(args: argparse.Namespace, shape: Shape) -> str:
                 for which in MODELS:
                     torch._dynamo.reset()  # each compiled cell compiles afresh, as in its own benchmark worker
                     # each generated kernel timed by name, not only the compiled graph around them; compiled
-                    # afresh: a cached graph from an unprofiled compile of the same model has no named kernels
-                    with (
-                        inductor_config.patch({"cpp.enable_kernel_profile": True, "fx_graph_cache": False}),
-                        functorch_config.patch(enable_autograd_cache=False),
-                    ):
+                    # afresh, no cache read: a cached graph of an unprofiled compile has no named kernels
+                    with inductor_config.patch({"cpp.enable_kernel_profile": True, "force_disable_caches": True}):
                         table = profile_table(workload(which, path, precision, mode, shape, args.position_encoding))
                     title = f"## {PATH_NAMES[path]}, {precision}, {mode}, {'ours' if which == 'ours' else 'BERT'}"
                     sections += ["", title, "", "```text", table.strip(), "```"]

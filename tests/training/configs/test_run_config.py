@@ -149,7 +149,7 @@ def test_every_setting_has_help_and_one_flag(config_class):
 
 
 # every command a user runs (the command table), as the documentation calls it (`training/NAME.py`, the console
-# script, `python -m sinusoidal_encoder_training.MODULE`), and the module of its stage
+# script, `-m` with its stage module), and the module of its stage
 COMMANDS = {name.replace("-", "_"): console.command(name) for name in TABLE}
 MODULES = {name.replace("-", "_"): entry.module for name, entry in TABLE.items()}
 DOCUMENTS = sorted(
