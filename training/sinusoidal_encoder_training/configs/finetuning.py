@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from typing import ClassVar
 
 from sinusoidal_encoder_training.cli.arguments import (
     CommandEntry,
@@ -95,6 +96,10 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
     the learning rate and the epochs. Derived: `builtin` (no data setting: the offline downstream task, whose columns
     are "text" and "label") and `with_baselines` (`--baselines`, on for the built-in task).
     """
+
+    # how the command line names the model the run starts from, in the run's one-line errors (the evaluate command,
+    # which evaluates a fine-tuned folder through this configuration, names it MODEL)
+    model_flag: ClassVar[str] = "--model_name_or_path"
 
     _argument_group_name = "task and model"
 

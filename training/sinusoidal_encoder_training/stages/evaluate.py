@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import ClassVar
 
 import datasets
 import torch
@@ -69,11 +70,18 @@ def folder_task(config: EvaluationConfig) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvaluatedFolderConfig(FinetuningConfig):
+    """A fine-tuning run's configuration whose model is this command's MODEL, and named so in its errors."""
+
+    model_flag: ClassVar[str] = "MODEL"
+
+
 def finetuning_config(config: EvaluationConfig, task: str) -> FinetuningConfig:
     """The configuration of a fine-tuning run of `task` on the evaluated data, whose final evaluation the command
     reproduces (checked as a fine-tuning run is: the task's flags). Its output folder is never written."""
     values = {name: getattr(config, name) for name in SHARED}
-    return FinetuningConfig(**values, task=task, model_name_or_path=config.model, output_dir=os.curdir)
+    return EvaluatedFolderConfig(**values, task=task, model_name_or_path=config.model, output_dir=os.curdir)
 
 
 def load_model(config: EvaluationConfig, accelerator: Accelerator):
@@ -127,10 +135,7 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     task = folder_task(config)
     if task is None:
         return evaluate_masked_lm(config, accelerator)
-    try:
-        metrics = evaluate_finetuned(finetuning_config(config, task), accelerator)
-    except UsageError as error:  # fine-tuning's lines name the model by its flag there; here it is MODEL
-        raise UsageError(str(error).replace("--model_name_or_path ", "MODEL ")) from error
+    metrics = evaluate_finetuned(finetuning_config(config, task), accelerator)
     accelerator.print(f"{task}: {format_metrics(metrics)}")
     return metrics
 

@@ -93,19 +93,19 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
     """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
     (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
     a pretrained weight's shape."""
-    with loading("--model_name_or_path", config.model_name_or_path):
+    with loading(config.model_flag, config.model_name_or_path):
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
         raise UsageError(
-            f"--model_name_or_path {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
+            f"{config.model_flag} {config.model_name_or_path!r} is a {model_config.model_type!r} model, not a "
             f"sinusoidal_encoder one."
         )
     # the weights, before any work (a head --ignore_mismatched_sizes replaces is not judged)
-    check_local_files("--model_name_or_path", config.model_name_or_path, replaced_head=config.ignore_mismatched_sizes)
+    check_local_files(config.model_flag, config.model_name_or_path, replaced_head=config.ignore_mismatched_sizes)
     if config.tokenizer_name:
         check_local_files("--tokenizer_name", config.tokenizer_name, "tokenizer")
     else:
-        check_local_files("--model_name_or_path", config.model_name_or_path, "tokenizer")
+        check_local_files(config.model_flag, config.model_name_or_path, "tokenizer")
     if config.config_overrides:
         shapes = weight_shapes(model_config)
         apply_overrides(model_config, config.config_overrides)
@@ -123,13 +123,13 @@ def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
     """The tokenizer of --tokenizer_name (default: the model's own), before any work; refused when it has more
     tokens than the model has token embeddings."""
     source = config.tokenizer_name or config.model_name_or_path
-    with loading("--tokenizer_name" if config.tokenizer_name else "--model_name_or_path", source, "tokenizer"):
+    with loading("--tokenizer_name" if config.tokenizer_name else config.model_flag, source, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(source)
     if config.tokenizer_name:
         check_tokenizer_fits(
             f"--tokenizer_name {config.tokenizer_name!r}",
             len(tokenizer),
-            f"--model_name_or_path {config.model_name_or_path!r}",
+            f"{config.model_flag} {config.model_name_or_path!r}",
             model_config.vocab_size,
             "leave --tokenizer_name out (the model's own tokenizer), or give the one it was trained with.",
         )
@@ -150,7 +150,7 @@ def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan)
     one."""
     auto_class = auto_class_of(config.task)
     source = config.model_name_or_path
-    with loading("--model_name_or_path", source):
+    with loading(config.model_flag, source):
         if not plan.fresh:
             return auto_class.from_pretrained(
                 source, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
@@ -230,7 +230,7 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
     except OtherLabels as error:
         raise UsageError(f"{error.what}: give data with the head's labels.") from error
     if plan.fresh:  # a head of another task: never scored
-        raise UsageError(f"--model_name_or_path {config.model_name_or_path!r} has no trained {config.task} head.")
+        raise UsageError(f"{config.model_flag} {config.model_name_or_path!r} has no trained {config.task} head.")
     model = load_task_model(config, model_config, plan)
     loader = torch.utils.data.DataLoader(
         prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate

@@ -102,7 +102,7 @@ def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None,
         return HeadPlan(labels)
     if own != config.task:
         line = (
-            f"--model_name_or_path {source!r} has a {own} head ({architecture}), trained for another task: a new "
+            f"{config.model_flag} {source!r} has a {own} head ({architecture}), trained for another task: a new "
             f"{config.task} head starts on its encoder."
         )
         return HeadPlan(labels, line, fresh=True)
@@ -114,11 +114,11 @@ def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None,
     ours = describe_labels(problem, labels)
     if not config.ignore_mismatched_sizes:
         raise OtherLabels(
-            f"--model_name_or_path {source!r} has a {config.task} head for {theirs}, but the data has {ours}",
+            f"{config.model_flag} {source!r} has a {config.task} head for {theirs}, but the data has {ours}",
             "pass --ignore_mismatched_sizes to start a new head on its encoder, or give data with the head's labels.",
         )
     line = (
-        f"--model_name_or_path {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
+        f"{config.model_flag} {source!r} has a {config.task} head for {theirs}: a new head for {ours} starts on "
         "its encoder (--ignore_mismatched_sizes)."
     )
     return HeadPlan(labels, line, fresh=True)
