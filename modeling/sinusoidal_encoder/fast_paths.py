@@ -84,6 +84,13 @@ def bidirectional_mask(config, attention_mask: torch.Tensor | None, like: torch.
         return None
     if is_flash(config._attn_implementation):
         return keep
+    return padding_mask(config, keep, like)
+
+
+def padding_mask(config, keep: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The places that hold tokens `keep` `(B, T)` as the mask of sdpa (`(B, 1, T, T)` booleans, True = attend) or
+    of eager attention (additive floats of `like`'s dtype), without asking whether anything is masked (which would
+    wait for the device)."""
     batch_size, seq_len = keep.shape
     keep = keep[:, None, None, :].expand(batch_size, 1, seq_len, seq_len)  # (B, 1, T, T): every query, same keys
     if config._attn_implementation == "eager":
@@ -234,8 +241,9 @@ def packed_attention(attention: nn.Module, qkv: torch.Tensor, attention_interfac
         ]
         return torch.cat(outputs, dim=1)  # (1, N, d)
     padded, keep = packed_to_padded(qkv[0], cu_seq_lens, max_length)  # (B, L, 3d), (B, L)
-    mask = bidirectional_mask(config, keep, padded)
-    return attention.attend(padded, mask, attention_interface, **kwargs)[0][keep].unsqueeze(0)  # (1, N, d)
+    output = attention.attend(padded, padding_mask(config, keep, padded), attention_interface, **kwargs)[0]
+    places = padded_places(cu_seq_lens, qkv.shape[1], max_length)  # (N,)
+    return output.flatten(0, 1)[places].unsqueeze(0)  # (B, L, d) -> (B*L, d) -> (1, N, d)
 
 
 def uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
@@ -288,6 +296,15 @@ def packed_to_padded(
     index = (starts.unsqueeze(-1) + offsets).masked_fill(~keep, 0)  # (B, L): row of each place in `packed`
     padded = packed[index].masked_fill(~keep.view(*keep.shape, *([1] * (packed.dim() - 1))), 0)  # (B, L, ...)
     return padded, keep
+
+
+def padded_places(cu_seq_lens: torch.Tensor, tokens: int, max_length: int) -> torch.Tensor:
+    """The place of each of `tokens` packed tokens, delimited into sequences by `cu_seq_lens` `(B+1,)`, in the
+    flattened right-padded batch `(B * max_length)` that `packed_to_padded` lays out: what gathers them back out of
+    it, without the wait for the device that a boolean index or `nonzero` costs (`tokens` is known on the host)."""
+    token = torch.arange(tokens, device=cu_seq_lens.device, dtype=cu_seq_lens.dtype)  # (N,)
+    sequence = torch.searchsorted(cu_seq_lens[1:], token, right=True)  # (N,): the sequence each token belongs to
+    return sequence * max_length + (token - cu_seq_lens[sequence])  # (N,)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -8,12 +8,15 @@ import pytest
 import torch
 from conftest import VOCAB_SIZE, random_ids, tiny_config
 from torch import nn
-from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder import fast_paths
 from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
+
+aten = torch.ops.aten
 
 
 def torch_reference_encoder(model: se.SinusoidalEncoderModel) -> nn.TransformerEncoder:
@@ -410,6 +413,11 @@ def test_packed_tokens_lay_out_as_a_right_padded_batch():
     assert keep.tolist() == [[True, True, True, False], [True, True, False, False], [True, True, True, True]]
     assert padded[..., 0].tolist() == [[0, 1, 2, 0], [3, 4, 0, 0], [5, 6, 7, 8]]
     assert torch.equal(padded[keep], packed)
+    places = fast_paths.padded_places(torch.tensor([0, 3, 5, 9], dtype=torch.int32), 9, max_length=4)
+    assert torch.equal(padded.flatten(0, 1)[places], packed)  # the same tokens back, by places known without a read
+    cu_seq_lens = torch.tensor([0, 3, 3, 5, 9], dtype=torch.int32)  # an empty sequence among them
+    padded, keep = fast_paths.packed_to_padded(packed, cu_seq_lens, max_length=4)
+    assert not keep[1].any() and torch.equal(padded.flatten(0, 1)[fast_paths.padded_places(cu_seq_lens, 9, 4)], packed)
 
 
 @pytest.mark.parametrize("per_sequence", [True, False])
@@ -436,6 +444,46 @@ def test_the_layers_take_packed_tokens_with_transformers_varlen_arguments(
         unpadded = model(ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(out[0], reference[real], atol=1e-5, rtol=1e-5)
     assert torch.equal(unpadded[real], out[0]) and unpadded[~real].abs().max() == 0
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the operators that make the host wait for the device: a value read (`.item()`, `int()`), `nonzero`,
+    `masked_select` and a boolean index, whose sizes only the device knows."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        waits = func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default)
+        if func is aten.index.Tensor:
+            waits = any(index is not None and index.dtype == torch.bool for index in args[1])
+        if waits:
+            self.reads.append(func.__name__)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_the_packed_layers_never_wait_for_the_device(monkeypatch, attn_implementation):
+    """The unpadded path laid out as a padded batch in each layer (GPUs where torch's varlen kernel does not run, as in
+    training with attention dropout; forced here on the CPU) reads what only the device knows once per forward pass
+    (whether anything is padding, where the real tokens are, the longest sequence), never in a layer: as often with 4
+    layers as with 1, in the forward pass and the backward."""
+    monkeypatch.setattr(fast_paths, "attends_per_sequence", lambda device: False)
+    ids = random_ids(3, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, 5:] = 0
+    reads = {}
+    for layers in (1, 4):
+        config = tiny_config(num_hidden_layers=layers, num_labels=3)
+        model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+        model.train()
+        with HostReads() as watch:
+            model(ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+        reads[layers] = watch.reads
+    assert reads[1] == reads[4] and len(reads[4]) == 3, reads
 
 
 def _out_of_place_residuals(sublayer_output, residual):
