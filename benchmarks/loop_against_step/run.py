@@ -4,6 +4,7 @@
     python -m benchmarks.loop_against_step.run --size tiny --config_overrides hidden_size=8,intermediate_size=16 \\
         --steps 20 --output_dir outputs/loop                           # a CPU check at the smallest model
     python -m benchmarks.loop_against_step.run --torch_compile --torch_compile_mode reduce-overhead  # CUDA graphs
+    python -m benchmarks.loop_against_step.run --task finetuning --step_variants unpad_inputs=False --profile
 
 The loop is `pretraining.pretrain()` itself, in this process: the package's data pipeline (a packed `datasets`
 corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of the device), accelerate, the loop,
@@ -20,6 +21,11 @@ same plugin and settings. Each compiles from nothing (dynamo reset between the t
 warm-up is what a first run pays. Both report the time of their first logging window (the first `logging_steps`
 steps, compilation included) beside that of a steady one; the compiled loop also reports the graphs it captured and
 the graphs inductor could not run as CUDA graphs (`reduce-overhead`, `max-autotune`).
+
+Where the step's own time goes: `--step_variants` times the bare step again with other model settings (each a
+`--config_overrides` text, e.g. `unpad_inputs=False` for the padded layout, `attention_probs_dropout_prob=0` for the
+layout of torch's variable-length kernel), and `--profile` adds the profiler's table of its operators (by their own
+time on the device, or on the CPU without a GPU) over a few steps.
 
 Targets (issue "Feed the GPU"): on a GPU at least 0.85 at `small` and 0.95 at `base`; on a CPU, where the step
 dominates, 1.00 within the noise. The report says met or missed; nothing asserts a time.
@@ -47,6 +53,8 @@ TARGETS = {"small": 0.85, "base": 0.95}  # on a GPU; on a CPU the loop should ke
 CPU_TARGET = 0.95
 WINDOW_STEPS = 10  # the loop's logging window (`logging_steps`' default): its first one holds the warm-up
 CORPUS_STEPS = 40  # the corpus holds this many steps' blocks at most: a longer run trains several epochs over it
+PROFILE_STEPS = 5  # bare steps under the profiler (`--profile`), after the timed ones
+PROFILE_ROWS = 20
 
 
 def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
@@ -162,11 +170,12 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
     }
 
 
-def step_speed(args: argparse.Namespace) -> dict:
+def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: bool = False) -> dict:
     """The bare step's tokens/s: the median over `--repeats` timed groups of steps on one fixed batch (a masked-LM
     batch, or for fine-tuning a padded classification batch: its real tokens counted); the tokens/s of each group;
     the seconds of its first `logging_steps` steps (the loop's first logging window: warm-up and compilation) and
-    of as many steady ones."""
+    of as many steady ones. `overrides` (a `--config_overrides` text) changes the model's settings after
+    `--config_overrides`; with `profile`, the profiler's table of a few more steps' operators."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import TorchDynamoPlugin
@@ -188,7 +197,7 @@ def step_speed(args: argparse.Namespace) -> dict:
     config = PretrainingConfig(
         output_dir="unused",
         config_name=args.size,
-        config_overrides=args.config_overrides,
+        config_overrides=joined_overrides(args.config_overrides, overrides),
         max_seq_length=args.length,
         torch_compile=args.torch_compile,
         torch_compile_backend=args.torch_compile_backend,
@@ -234,6 +243,7 @@ def step_speed(args: argparse.Namespace) -> dict:
     first = steps(window)
     group = max(1, args.steps // args.repeats)
     timed = [steps(group) for _ in range(args.repeats)]
+    table = operator_table(steps, device) if profile else None
     AcceleratorState._reset_state(reset_partial_state=True)
     speeds = [group * tokens / seconds for seconds in timed]
     return {
@@ -241,7 +251,27 @@ def step_speed(args: argparse.Namespace) -> dict:
         "repeats": speeds,
         "first_window_seconds": first,
         "steady_window_seconds": window * statistics.median(seconds / group for seconds in timed),
+        "profile": table,
     }
+
+
+def joined_overrides(*overrides: str | None) -> str | None:
+    """`--config_overrides` texts one after the other (a later one wins), or None."""
+    return ",".join(text for text in overrides if text) or None
+
+
+def operator_table(steps: typing.Callable[[int], float], device: torch.device) -> str:
+    """The profiler's table of the operators of `PROFILE_STEPS` bare steps (`steps(count)` runs them), the
+    `PROFILE_ROWS` first by their own time on the device (on the CPU without a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as profiler:
+        steps(PROFILE_STEPS)
+    key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    table = profiler.key_averages().table(sort_by=key, row_limit=PROFILE_ROWS, max_name_column_width=60)
+    return "\n".join(line.rstrip() for line in table.strip("\n").splitlines())
 
 
 def classification_step(args, tokenizer, pretrained):
@@ -280,7 +310,11 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         with tempfile.TemporaryDirectory() as folder:
             torch._dynamo.reset()
-            step = step_speed(args)
+            step = step_speed(args, profile=args.profile)
+            variants = []
+            for overrides in args.step_variants:
+                torch._dynamo.reset()
+                variants.append({"overrides": overrides, **step_speed(args, overrides)})
             torch._dynamo.reset()  # the loop's model compiles anew, not from the bare step's graphs
             loop = loop_speed(args, folder)
     finally:
@@ -306,6 +340,18 @@ def measure(args: argparse.Namespace) -> dict:
         "step_repeats": step["repeats"],
         "step_first_window_seconds": step["first_window_seconds"],
         "step_steady_window_seconds": step["steady_window_seconds"],
+        "step_profile": step["profile"],
+        "step_variants": [
+            {
+                "overrides": variant["overrides"],
+                "tokens_per_second": variant["tokens_per_second"],
+                "repeats": variant["repeats"],
+                "first_window_seconds": variant["first_window_seconds"],
+                "steady_window_seconds": variant["steady_window_seconds"],
+                "against_step": variant["tokens_per_second"] / step["tokens_per_second"],
+            }
+            for variant in variants
+        ],
         "loop_tokens_per_second": loop["tokens_per_second"],
         "loop_windows": loop["windows"],
         "loop_window_seconds": loop["window_seconds"],
@@ -345,6 +391,12 @@ def report(result: dict) -> str:
         f"| {result['step_steady_window_seconds']:.2f} s |",
         f"| the {result['task']} loop | {result['loop_tokens_per_second']:,.0f} | "
         f"{result['loop_first_window_seconds']:.2f} s | {result['loop_steady_window_seconds']:.2f} s |",
+        *(
+            f"| the bare step with `{variant['overrides']}` | {variant['tokens_per_second']:,.0f} "
+            f"({variant['against_step']:.2f} of the step) | {variant['first_window_seconds']:.2f} s "
+            f"| {variant['steady_window_seconds']:.2f} s |"
+            for variant in result["step_variants"]
+        ),
         "",
         f"The loop keeps {result['ratio']:.2f} of the step's speed; target {result['target']:.2f}: **{verdict}**.",
         "",
@@ -359,6 +411,17 @@ def report(result: dict) -> str:
         if result["torch_compile_mode"] in CUDA_GRAPH_MODES:
             lines[-1] += f", {graphs['without_cuda_graphs']} of them run without CUDA graphs"
         lines[-1] += "."
+    if result["step_profile"]:
+        where = "device" if result["device"] != "cpu" else "CPU"
+        lines += [
+            "",
+            f"The bare step's operators over {PROFILE_STEPS} steps, by their own time on the {where} "
+            f"(`--profile`, torch.profiler):",
+            "",
+            "```",
+            result["step_profile"],
+            "```",
+        ]
     return "\n".join([*lines, ""])
 
 
@@ -398,9 +461,26 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="The mode of --torch_compile (as the loop's flag): reduce-overhead runs CUDA graphs, for static shapes.",
     )
     parser.add_argument(
+        "--step_variants",
+        nargs="+",
+        default=[],
+        metavar="OVERRIDES",
+        help="Time the bare step again with each of these model settings (a --config_overrides text each, after "
+        "--config_overrides), e.g. unpad_inputs=False.",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="Add the profiler's table of the bare step's operators to the report."
+    )
+    parser.add_argument(
         "--output_dir", default="benchmarks/loop_against_step", help="Where loop-against-step.{json,md} are written."
     )
     args = parser.parse_args(argv)
+    for flag, overrides in [
+        ("--config_overrides", args.config_overrides),
+        *(("--step_variants", v) for v in args.step_variants),
+    ]:
+        if problem := overrides_problem(joined_overrides(args.config_overrides, overrides)):
+            parser.exit(2, f"{parser.prog}: error: {flag} {overrides!r}: {problem}\n")
     for name in ("batch_size", "steps", "repeats"):
         if getattr(args, name) < 1:
             parser.exit(2, f"{parser.prog}: error: --{name} must be a positive integer, got {getattr(args, name)}.\n")
@@ -413,6 +493,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.steps < 20:
         parser.exit(2, f"{parser.prog}: error: --steps must be at least 20 (two logging windows), got {args.steps}.\n")
     return args
+
+
+def overrides_problem(overrides: str | None) -> str | None:
+    """What is wrong with a `--config_overrides` text for a model config (as the run would find it), or None."""
+    from sinusoidal_encoder import SinusoidalEncoderConfig
+    from sinusoidal_encoder_training.cli.arguments import apply_overrides
+    from sinusoidal_encoder_training.cli.command_line import UsageError
+
+    try:
+        apply_overrides(SinusoidalEncoderConfig(), overrides)
+    except UsageError as error:
+        return str(error).removeprefix("--config_overrides: ")
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -40,6 +40,36 @@ def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path, task)
     text = check_record(tmp_path, result)
     assert result["task"] == task and not result["torch_compile"] and result["loop_graphs"] is None
     assert ", eager (`python -m" in text and "graph(s)" not in text and "CUDA" not in text
+    assert result["step_variants"] == [] and result["step_profile"] is None and "```" not in text
+
+
+@pytest.mark.slow
+def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, monkeypatch):
+    """`--step_variants` times the bare step again with each model setting (applied after `--config_overrides`,
+    to the model that steps), and `--profile` adds the operators' table of the bare step to the report."""
+    from sinusoidal_encoder_training.stages import pretraining
+
+    built = []
+    real_build = pretraining.build_model
+
+    def build_model(config, tokenizer):
+        built.append(config.config_overrides)
+        return real_build(config, tokenizer)
+
+    monkeypatch.setattr(pretraining, "build_model", build_model)
+    variants = ["unpad_inputs=False", "attention_probs_dropout_prob=0"]
+    argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--profile"]
+    result = loop_against_step.main([*argv, "--step_variants", *variants])
+    text = check_record(tmp_path, result)
+    assert [variant["overrides"] for variant in result["step_variants"]] == variants
+    assert built[1:3] == [f"hidden_size=8,intermediate_size=16,{variant}" for variant in variants]  # after the step
+    for variant in result["step_variants"]:
+        assert variant["against_step"] == pytest.approx(
+            variant["tokens_per_second"] / result["step_tokens_per_second"]
+        )
+        assert f"| the bare step with `{variant['overrides']}` | {variant['tokens_per_second']:,.0f} (" in text
+    assert "aten::" in result["step_profile"] and "by their own time on the CPU" in text
+    assert f"```\n{result['step_profile']}\n```" in text
 
 
 @pytest.fixture
@@ -101,6 +131,8 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
         (["--steps", "10"], "--steps must be at least 20"),
         (["--batch_size", "0"], "--batch_size must be a positive"),
         (["--torch_compile_mode", "reduce-overhead"], "--torch_compile_mode reduce-overhead needs --torch_compile"),
+        (["--step_variants", "unpad=False"], "--step_variants 'unpad=False': the config has no field 'unpad'."),
+        (["--config_overrides", "hidden_size"], "--config_overrides 'hidden_size': 'hidden_size' is not of the form"),
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):

@@ -243,6 +243,13 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
     assert text.count("## The loop against the step: ") == len(runs)
     assert "## The loop against the step: pretraining, small, compiled (reduce-overhead), 300 steps (12 s)" in text
     assert "## The loop against the step: finetuning, base, eager, 60 steps (12 s)\n\nThe report of" in text
+    # the small model's fine-tuning step timed in other layouts and profiled (it ran far slower than pretraining's)
+    finetuning_small = next(c for c, _ in runs if "finetuning" in c and "small" in c and "--torch_compile" not in c)
+    assert finetuning_small[finetuning_small.index("--step_variants") + 1 :][:2] == [
+        "unpad_inputs=False",
+        "attention_probs_dropout_prob=0",
+    ]
+    assert "--profile" in finetuning_small and sum("--profile" in command for command, _ in runs) == 1
 
 
 def test_the_loop_cells_share_their_budget_small_model_first(tmp_path, monkeypatch):
