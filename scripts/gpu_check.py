@@ -438,13 +438,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        if args.fill_wheels is not None:
+    if args.fill_wheels is not None:
+        try:
             names = fill_wheels(args.fill_wheels)
-            size = sum(path.stat().st_size for path in args.fill_wheels.glob("*.whl")) / 2**20
-            print(f"{len(names)} wheels ({size:.1f} MiB) in {args.fill_wheels}: {', '.join(names)}")
-            return 0
-        site = Path(tempfile.mkdtemp(prefix="gpu-site-"))
+        except SetupError as error:
+            print(f"test_gpu.sh: error: {error}", file=sys.stderr)
+            return 2
+        size = sum(path.stat().st_size for path in args.fill_wheels.glob("*.whl")) / 2**20
+        print(f"{len(names)} wheels ({size:.1f} MiB) in {args.fill_wheels}: {', '.join(names)}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="gpu-site-") as site:  # what the wheels install, gone at the end
+        return check(args, argv, Path(site))
+
+
+def check(args: argparse.Namespace, argv: list[str] | None, site: Path) -> int:
+    """The setup into `site` (a temporary folder put on the path), the tests, the benchmark and the loop cells."""
+    try:
         installed = install_missing(args.wheels, site)
     except SetupError as error:
         print(f"test_gpu.sh: error: {error}", file=sys.stderr)

@@ -111,12 +111,15 @@ def test_the_gpu_command_sets_up_a_bare_environment_from_wheels_and_stops_withou
 
 
 def test_the_gpu_command_picks_a_python_with_torch_and_says_when_none_has_a_gpu(tmp_path):
-    """In this checkout: .venv's Python (CPU torch, everything installed) is the one with torch; no GPU: one line."""
-    proc = command(str(tmp_path / "results"))
+    """In this checkout: .venv's Python (CPU torch, everything installed) is the one with torch; no GPU: one line.
+    Its temporary folder (where wheels would be installed) is gone after it."""
+    (tmp_path / "tmp").mkdir()
+    proc = command(str(tmp_path / "results"), TMPDIR=str(tmp_path / "tmp"))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1, proc.stdout + proc.stderr
     assert lines[0].startswith("test_gpu.sh: no CUDA GPU is visible to torch")
     assert "installed from" not in proc.stdout  # nothing was missing
+    assert not any((tmp_path / "tmp").iterdir())
     proc = command(str(tmp_path / "results"), python=str(tmp_path / "no-such-python"))
     assert proc.returncode == 2 and proc.stderr.startswith("test_gpu.sh: error: no Python with torch found")
 
