@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,11 +14,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist (`scripts/test.sh` runs two): "gw0", "gw1", ...
+# a scratch folder of this process, removed when it ends: the temporary folder of the processes the tests start (what
+# they leave, such as torch's `torchelastic_*` launch logs, goes with it)
+SCRATCH = tempfile.mkdtemp(prefix=f"sinusoidal-encoder-tests-{WORKER or 'main'}-")
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
+os.environ["TMPDIR"] = SCRATCH
 if WORKER:
     # one thread per worker (the workers share the cores), and a code cache of its own for `trust_remote_code`
     # (transformers copies a model's code there; two workers writing one cache could race)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix=f"hf-modules-{WORKER}-"))
+    os.environ.setdefault("HF_MODULES_CACHE", os.path.join(SCRATCH, "hf-modules"))
 
 import pytest  # noqa: E402  (after the environment that transformers reads at import)
 import torch  # noqa: E402
