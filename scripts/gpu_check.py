@@ -2,7 +2,7 @@
 from a local wheel folder (no registry), run the single-GPU tests, then the GPU benchmark, and write the results.
 
     bash scripts/test_gpu.sh RESULTS_DIR [--wheels DIR] [--no_benchmark] [--benchmark_budget SECONDS]
-        [--loop_budget SECONDS]
+        [--loop_budget SECONDS] [--loop_cells CELL ...]
     bash scripts/test_gpu.sh --fill_wheels DIR        # beforehand, with a registry: the folder to carry along
 
 Setup: the distributions the tests and the benchmark import (`REQUIRED`, and what they require in turn) are looked
@@ -283,7 +283,7 @@ def skipped_line(skips: list[dict]) -> str:
     return "Skipped: " + "; ".join(parts) + "."
 
 
-NO_BENCHMARK = "Not run (--no_benchmark), or it wrote no result."
+NO_BENCHMARK = "Not run (--no_benchmark or --benchmark_budget 0), or it wrote no result."
 
 
 def summary_markdown(summary: dict) -> str:
@@ -340,19 +340,31 @@ LOOP_BUDGET = 180  # seconds of loop cells by default: with the tests (about 165
 LEAST_CELL_SECONDS = 30
 
 
+def cell_name(task: str, size: str, mode: str | None) -> str:
+    """A loop cell's name, that of its folder in RESULTS_DIR: loop-TASK-SIZE-eager, or loop-TASK-SIZE-MODE."""
+    return f"loop-{task}-{size}-{mode or 'eager'}"
+
+
+CELL_NAMES = [cell_name(task, size, mode) for task, size, _, _, mode, _ in LOOP_CELLS]
+
+
 def loop_cells(
     results: Path,
     environment: dict,
     budget: float = LOOP_BUDGET,
     after_each: Callable[[list[dict]], None] = lambda cells: None,
+    only: list[str] | None = None,
 ) -> list[dict]:
     """The real pretraining and fine-tuning loops against their bare steps at each size of `LOOP_CELLS`, eager and
     compiled (bf16), in its order within `budget` seconds (each under what is left, at most its own limit), into
-    RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its report, or why there is none. `after_each` is
-    given the cells so far after each one that ran (the command writes its summary then)."""
+    RESULTS_DIR/loop-TASK-SIZE-eager/ or loop-TASK-SIZE-MODE/: its report, or why there is none; with `only`, the
+    cells of those names alone. `after_each` is given the cells so far after each one that ran (the command writes
+    its summary then)."""
     cells, spent = [], 0.0
     for task, size, steps, limit, mode, extra in LOOP_CELLS:
-        folder = results / f"loop-{task}-{size}-{mode or 'eager'}"
+        if only is not None and cell_name(task, size, mode) not in only:
+            continue
+        folder = results / cell_name(task, size, mode)
         how = "eager" if mode is None else f"compiled ({mode})"
         cell = {"name": f"{task}, {size}, {how}, {steps} steps", "log": str(folder / "loop-against-step.log")}
         if budget - spent < LEAST_CELL_SECONDS:
@@ -404,12 +416,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("results_dir", nargs="?", help="Where the results go (created; seven files).")
     parser.add_argument("--wheels", type=Path, default=None, help="A folder of wheels to install what is missing.")
     parser.add_argument("--no_benchmark", action="store_true", help="Only the tests.")
-    parser.add_argument("--benchmark_budget", type=int, default=BENCHMARK_BUDGET, help="Seconds of benchmark cells.")
+    parser.add_argument(
+        "--benchmark_budget",
+        type=int,
+        default=BENCHMARK_BUDGET,
+        help="Seconds of benchmark cells (0: no benchmark; the loop cells still run).",
+    )
     parser.add_argument(
         "--loop_budget",
         type=int,
         default=LOOP_BUDGET,
         help="Seconds of loop-against-step cells, run in the order of LOOP_CELLS (0: none).",
+    )
+    parser.add_argument(
+        "--loop_cells",
+        nargs="+",
+        default=None,
+        choices=CELL_NAMES,
+        metavar="CELL",
+        help="Only these loop cells, in the order of LOOP_CELLS (default: all): " + ", ".join(CELL_NAMES) + ".",
     )
     parser.add_argument(
         "--fill_wheels",
@@ -429,8 +454,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--wheels {args.wheels}: no such folder (fill one: bash scripts/test_gpu.sh --fill_wheels {args.wheels})."
         )
-    if args.benchmark_budget < 1:
-        parser.error(f"--benchmark_budget must be at least 1 second, got {args.benchmark_budget}.")
+    if args.benchmark_budget < 0:
+        parser.error(f"--benchmark_budget must be 0 (no benchmark) or more seconds, got {args.benchmark_budget}.")
     if args.loop_budget < 0:
         parser.error(f"--loop_budget must be 0 (no loop cells) or more seconds, got {args.loop_budget}.")
     return args
@@ -506,14 +531,21 @@ def check(args: argparse.Namespace, argv: list[str] | None, site: Path) -> int:
     )
     benchmark_status = None
     if not args.no_benchmark:
-        command = [sys.executable, "-m", "benchmarks.gpu.run", "--output", str(results)]
-        command += ["--time_budget", str(args.benchmark_budget)]
-        log = results / "gpu-benchmark.log"
-        benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)
-        report = results / "gpu-benchmark.md"
-        benchmark = report.read_text() if report.exists() else None
-        write_summary(benchmark_status=benchmark_status, benchmark_seconds=benchmark_seconds, benchmark=benchmark)
-        loop_cells(results, environment, args.loop_budget, lambda cells: write_summary(loop_against_step=cells))
+        if args.benchmark_budget > 0:
+            command = [sys.executable, "-m", "benchmarks.gpu.run", "--output", str(results)]
+            command += ["--time_budget", str(args.benchmark_budget)]
+            log = results / "gpu-benchmark.log"
+            benchmark_status, benchmark_seconds = run_step(command, log, args.benchmark_budget + 60, environment)
+            report = results / "gpu-benchmark.md"
+            benchmark = report.read_text() if report.exists() else None
+            write_summary(benchmark_status=benchmark_status, benchmark_seconds=benchmark_seconds, benchmark=benchmark)
+        loop_cells(
+            results,
+            environment,
+            args.loop_budget,
+            lambda cells: write_summary(loop_against_step=cells),
+            only=args.loop_cells,
+        )
     print(summary["skipped_line"])
     failed = tests_status != 0 or benchmark_status not in (None, 0)
     print(f"results in {results}: gpu-summary.md; {'something FAILED (see above)' if failed else 'all passed'}")

@@ -5,7 +5,7 @@
 # folder (--wheels DIR; fill it beforehand where a registry is reachable: bash scripts/test_gpu.sh --fill_wheels DIR),
 # and puts this checkout on the path when the package is not installed. Without a CUDA GPU it says so in one line.
 #   bash scripts/test_gpu.sh RESULTS_DIR [--wheels DIR] [--no_benchmark] [--benchmark_budget SECONDS]
-#       [--loop_budget SECONDS] [-- PYTEST_ARGS]
+#       [--loop_budget SECONDS] [--loop_cells CELL ...] [-- PYTEST_ARGS]
 # What it does is in scripts/gpu_check.py (its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -129,7 +129,8 @@ def test_the_gpu_command_picks_a_python_with_torch_and_says_when_none_has_a_gpu(
     [
         ([], "give the folder for the results"),
         (["{file}"], "is a file; give a folder for the results"),
-        (["out", "--benchmark_budget", "0"], "--benchmark_budget must be at least 1 second"),
+        (["out", "--benchmark_budget", "-1"], "--benchmark_budget must be 0 (no benchmark) or more seconds"),
+        (["out", "--loop_cells", "loop-pretraining-huge-eager"], "argument --loop_cells: invalid choice"),
         (["out", "--loop_budget", "-1"], "--loop_budget must be 0 (no loop cells) or more seconds"),
         (["out", "--wheels", "{missing}"], "no such folder"),
     ],
@@ -299,6 +300,35 @@ def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_
     text = (tmp_path / "out" / "gpu-summary.md").read_text()
     assert "## Single-GPU tests: 1 passed, 1 failed" in text and "The benchmark's report." in text
     assert text.count("## The loop against the step: ") == 1 and "Cell one." in text
+
+
+def test_a_short_session_can_skip_the_benchmark_and_choose_its_loop_cells(tmp_path, monkeypatch):
+    """`--benchmark_budget 0` runs no benchmark but the loop cells; `--loop_cells` runs those named, in the order of
+    LOOP_CELLS whatever the order given."""
+    monkeypatch.setattr(gpu_check, "cuda_line", lambda: None)
+    monkeypatch.setattr(gpu_check, "install_missing", lambda wheels, site: [])
+    monkeypatch.setattr(gpu_check, "device_description", lambda: SUMMARY["device"])
+    ran = []
+
+    def run_step(command, log, timeout, environment):
+        if "pytest" in command:
+            Path(next(a for a in command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+        else:
+            ran.append(
+                command[2]
+                if "benchmarks.gpu.run" in command
+                else Path(command[command.index("--output_dir") + 1]).name
+            )
+        return 0, 5.0
+
+    monkeypatch.setattr(gpu_check, "run_step", run_step)
+    chosen = ["loop-pretraining-base-eager", "loop-pretraining-small-reduce-overhead"]
+    argv = [str(tmp_path / "out"), "--benchmark_budget", "0", "--loop_budget", "600", "--loop_cells", *chosen]
+    assert gpu_check.main(argv) == 0
+    assert ran == ["loop-pretraining-small-reduce-overhead", "loop-pretraining-base-eager"]
+    text = (tmp_path / "out" / "gpu-summary.md").read_text()
+    assert gpu_check.NO_BENCHMARK in text and text.count("## The loop against the step: ") == 2
+    assert set(gpu_check.CELL_NAMES) == {f"loop-{t}-{s}-{m or 'eager'}" for t, s, _, _, m, _ in gpu_check.LOOP_CELLS}
 
 
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
