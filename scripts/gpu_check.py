@@ -319,7 +319,8 @@ def summary_markdown(summary: dict) -> str:
 # limit in seconds, the torch.compile mode (None: eager) and further arguments. The small model first (whose loop fed
 # the GPU at a fifth of its step's speed), eager then compiled, then base. The small model's fine-tuning step (82 ms
 # for 256 rows of 16-128 tokens on an H100, 2026-11-28, against 14 ms for pretraining's 256 x 128) is also timed in
-# the padded layout and without attention dropout (the layout of torch's varlen kernel), and profiled. Compiled: the
+# the padded layout and without attention dropout (`varlen_attn`, not the flash kernel with dropout), and profiled
+# (that step ran the padded layout in each layer then: the varlen kernel had no dropout). Compiled: the
 # small model in reduce-overhead (CUDA graphs) where its shapes are static (pretraining's whole blocks), else in the
 # default mode (fine-tuning pads each batch to its longest row: CUDA graphs would be recorded anew for every length).
 # A compiled cell compiles the bare step and the loop from nothing, hence its longer limit. The cells share

@@ -23,8 +23,8 @@ steps, compilation included) beside that of a steady one; the compiled loop also
 the graphs inductor could not run as CUDA graphs (`reduce-overhead`, `max-autotune`).
 
 Where the step's own time goes: `--step_variants` times the bare step again with other model settings (each a
-`--config_overrides` text, e.g. `unpad_inputs=False` for the padded layout, `attention_probs_dropout_prob=0` for the
-layout of torch's variable-length kernel), and `--profile` adds the profiler's table of its operators (by their own
+`--config_overrides` text, e.g. `unpad_inputs=False` for the padded layout, `attention_probs_dropout_prob=0` for
+attention without dropout), and `--profile` adds the profiler's table of its operators (by their own
 time on the device, or on the CPU without a GPU) over a few steps.
 
 Targets (issue "Feed the GPU"): on a GPU at least 0.85 at `small` and 0.95 at `base`; on a CPU, where the step

@@ -45,6 +45,22 @@ except ImportError:
     varlen_attn = None
 
 
+def _flash_varlen_forward() -> Callable | None:
+    """torch's flash attention forward on packed sequences, `aten::_flash_attention_forward`: the kernel that
+    `varlen_attn` calls with dropout fixed at 0, here for training with attention dropout (its backward replays the
+    dropout mask). None where torch lacks it or its leading arguments are not those called here."""
+    try:
+        operator = torch.ops.aten._flash_attention_forward
+        arguments = [argument.name for argument in operator.default._schema.arguments]
+    except (AttributeError, RuntimeError):
+        return None
+    leading = ["query", "key", "value", "cum_seq_q", "cum_seq_k", "max_q", "max_k", "dropout_p", "is_causal"]
+    return operator if arguments[: len(leading)] == leading and "return_debug_mask" in arguments else None
+
+
+flash_varlen_forward = _flash_varlen_forward()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # attention implementations and their masks
 
@@ -214,11 +230,11 @@ def forward_unpadded(
 def packed_attention(attention: nn.Module, qkv: torch.Tensor, attention_interface: Callable, **kwargs) -> torch.Tensor:
     """Attention within each sequence of packed tokens `(1, N, 3d)`, for `attention` (a
     `SinusoidalEncoderSelfAttention`, whose `attend` makes the call). Flash attention's variable-length kernel takes
-    them as they are, and so does torch's own (`varlen_attn`) for sdpa on a CUDA GPU in fp16 or bf16 without
-    attention dropout; on the CPU, sdpa and eager attention run one unmasked call per sequence (no work on padding,
-    which a batch of mixed lengths is mostly made of); elsewhere the sequences are laid out as a padded batch
-    `(B, max_length)` with its mask. `kwargs` holds the sequence boundaries `cu_seq_lens_q` `(B+1,)` and the longest
-    length `max_length_q`. Returns `(1, N, d)`."""
+    them as they are, and so does torch's own (`varlen_attn`, or in training with attention dropout the flash kernel
+    it calls) for sdpa on a CUDA GPU in fp16 or bf16; on the CPU, sdpa and eager attention run one unmasked call per
+    sequence (no work on padding, which a batch of mixed lengths is mostly made of); elsewhere the sequences are laid
+    out as a padded batch `(B, max_length)` with its mask. `kwargs` holds the sequence boundaries `cu_seq_lens_q`
+    `(B+1,)` and the longest length `max_length_q`. Returns `(1, N, d)`."""
     config = attention.config
     cu_seq_lens = kwargs.pop("cu_seq_lens_q")
     max_length = kwargs.pop("max_length_q")
@@ -232,7 +248,8 @@ def packed_attention(attention: nn.Module, qkv: torch.Tensor, attention_interfac
         return attention.attend(qkv, None, attention_interface, **lengths, **kwargs)[0]  # (1, N, d)
     dropout = attention.attention_dropout if attention.training else 0.0
     if uses_varlen_kernel(config._attn_implementation, qkv, attention.head_dim, dropout):
-        return varlen_attention(qkv, cu_seq_lens, max_length, attention.num_heads, attention.head_dim)  # (1, N, d)
+        heads = (attention.num_heads, attention.head_dim)
+        return varlen_attention(qkv, cu_seq_lens, max_length, *heads, dropout=dropout)  # (1, N, d)
     if attends_per_sequence(qkv.device):
         outputs = [
             attention.attend(qkv[:, start:end], None, attention_interface, **kwargs)[0]  # (1, L, d)
@@ -247,17 +264,17 @@ def packed_attention(attention: nn.Module, qkv: torch.Tensor, attention_interfac
 
 
 def uses_varlen_kernel(attn_implementation: str | None, qkv: torch.Tensor, head_dim: int, dropout: float) -> bool:
-    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn`, a
-    CUDA GPU that runs flash attention (compute capability 8.0 or newer), fp16 or bf16, a head size the kernel
-    takes, and no attention dropout (the kernel has none). Otherwise the packed path lays the sequences out as a
-    padded batch for sdpa."""
+    """Whether packed sequences go to torch's variable-length kernel: sdpa asked for, torch with `varlen_attn` (and,
+    with attention dropout, the flash kernel it calls, which takes dropout), a CUDA GPU that runs flash attention
+    (compute capability 8.0 or newer), fp16 or bf16 and a head size the kernel takes. Otherwise the packed path lays
+    the sequences out as a padded batch for sdpa."""
     return (
         attn_implementation == "sdpa"
         and varlen_attn is not None
+        and (dropout == 0.0 or flash_varlen_forward is not None)
         and qkv.dtype in (torch.float16, torch.bfloat16)
         and head_dim % 8 == 0
         and head_dim <= 256
-        and dropout == 0.0
         and runs_flash_attention(qkv.device)
     )
 
@@ -268,14 +285,19 @@ def runs_flash_attention(device: torch.device) -> bool:
 
 
 def varlen_attention(
-    qkv: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int, num_heads: int, head_dim: int
+    qkv: torch.Tensor, cu_seq_lens: torch.Tensor, max_length: int, num_heads: int, head_dim: int, dropout: float = 0.0
 ) -> torch.Tensor:
     """Packed tokens `(1, N, 3d)` attended within the sequences that `cu_seq_lens` `(B+1,)` delimits by torch's
-    variable-length kernel, scaled by 1/√hs (its default). Returns `(1, N, d)`."""
+    variable-length kernel, scaled by 1/√hs (its default), with `dropout` on the attention probabilities (the flash
+    kernel itself: `varlen_attn` has none). Returns `(1, N, d)`."""
     tokens = qkv.shape[1]
     qkv = qkv.view(tokens, 3, num_heads, head_dim)  # (N, 3, nh, hs)
     query, key, value = qkv.unbind(1)  # 3 × (N, nh, hs)
-    output = varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length)  # (N, nh, hs)
+    if dropout == 0.0:
+        output = varlen_attn(query, key, value, cu_seq_lens, cu_seq_lens, max_length, max_length)  # (N, nh, hs)
+    else:  # (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask)
+        lengths = (cu_seq_lens, cu_seq_lens, max_length, max_length)
+        output = flash_varlen_forward(query, key, value, *lengths, dropout, False, False)[0]  # (N, nh, hs)
     return output.reshape(1, tokens, num_heads * head_dim)  # (1, N, d)
 
 

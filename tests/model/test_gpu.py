@@ -138,6 +138,40 @@ def test_torchs_varlen_kernel_serves_inference_in_bf16_and_equals_sdpa_of_each_r
     assert batched[~mask.bool()].abs().max() == 0
 
 
+def test_training_with_attention_dropout_runs_the_flash_kernel_on_packed_sequences():
+    """In training with attention dropout the packed sequences go to the flash kernel itself (`varlen_attn` has no
+    dropout): on average over many draws it gives the attention without dropout (kept probabilities scaled by
+    1/(1-p)), each sequence attends within itself, and a model's training step through it has finite gradients."""
+    if fast_paths.varlen_attn is None or fast_paths.flash_varlen_forward is None:
+        pytest.skip(f"torch {torch.__version__} lacks torch.nn.attention.varlen or aten._flash_attention_forward")
+    torch.manual_seed(0)
+    heads, head_dim = 4, 32
+    cu_seq_lens = torch.tensor([0, 12, 20, 25, 40], dtype=torch.int32, device="cuda")
+    qkv = torch.randn(1, 40, 3 * heads * head_dim, device="cuda", dtype=torch.bfloat16)
+    exact = fast_paths.varlen_attention(qkv, cu_seq_lens, 15, heads, head_dim).float()
+    draws = [fast_paths.varlen_attention(qkv, cu_seq_lens, 15, heads, head_dim, dropout=0.3) for _ in range(1000)]
+    assert not torch.equal(draws[0], draws[1])  # dropout is drawn anew
+    error = (torch.stack(draws).float().mean(0) - exact).abs().mean()  # about 0.01 (each draw's spread, averaged)
+    assert error < 0.03 < 0.3 * exact.abs().mean(), (error, exact.abs().mean())  # unscaled kept weights: 0.3 |exact|
+    calls = []
+    kernel = fast_paths.flash_varlen_forward
+
+    def counted(*args, **kwargs):
+        calls.append(args[7])  # the dropout
+        return kernel(*args, **kwargs)
+
+    config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256, num_labels=3)
+    config.attention_probs_dropout_prob = 0.1
+    model = se.SinusoidalEncoderForSequenceClassification(config).to(device="cuda", dtype=torch.bfloat16).train()
+    ids, mask = padded_batch(batch=4, length=48)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast_paths, "flash_varlen_forward", counted)
+        loss = model(ids.cuda(), attention_mask=mask.cuda(), labels=torch.tensor([0, 1, 2, 0]).cuda()).loss
+        loss.backward()
+    assert calls == [0.1] * config.num_hidden_layers and torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
 def test_bf16_weights_save_and_load_on_cuda(tmp_path):
     model = se.SinusoidalEncoderForMaskedLM(tiny_config()).to(device="cuda", dtype=torch.bfloat16).eval()
     model.save_pretrained(tmp_path)

@@ -170,13 +170,28 @@ def _varlen_stand_in(calls: list):
     return varlen_attn
 
 
+def _flash_varlen_stand_in(calls: list):
+    """A CPU stand-in for `aten._flash_attention_forward` on packed sequences, called as `varlen_attention` calls it
+    with attention dropout: `varlen_attn`'s arguments, then the dropout, `is_causal` and `return_debug_mask`; the
+    output first of the tuple it returns."""
+    varlen_attn = _varlen_stand_in(calls)
+
+    def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, causal, debug):
+        assert 0.0 < dropout_p < 1.0 and causal is False and debug is False
+        calls.append(("dropout", dropout_p))
+        output = varlen_attn(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k)
+        return output, None, None, None, None
+
+    return flash_attention_forward
+
+
 @pytest.mark.parametrize(
     "implementation, dtype, dropout, training, capability, used",
     [
         ("sdpa", torch.bfloat16, 0.0, False, (9, 0), True),
         ("sdpa", torch.float16, 0.1, False, (8, 0), True),  # dropout applies in training only
         ("sdpa", torch.bfloat16, 0.0, True, (8, 6), True),
-        ("sdpa", torch.bfloat16, 0.1, True, (9, 0), False),  # the kernel has no dropout
+        ("sdpa", torch.bfloat16, 0.1, True, (9, 0), True),  # with dropout: the flash kernel varlen_attn calls
         ("sdpa", torch.float32, 0.0, False, (9, 0), False),  # fp32: flash kernels take fp16/bf16 only
         ("sdpa", torch.bfloat16, 0.0, False, (7, 5), False),  # before Ampere: no flash attention
         ("eager", torch.bfloat16, 0.0, False, (9, 0), False),  # the written-out attention, as asked
@@ -186,9 +201,11 @@ def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
     monkeypatch, implementation, dtype, dropout, training, capability, used
 ):
     """On a CUDA GPU (simulated: the capability is what torch would report) the unpadded path calls `varlen_attn`
-    with the packed layout, and only where the kernel runs; elsewhere the padded layout, as before."""
+    with the packed layout (in training with attention dropout, the flash kernel it calls, with the dropout), and
+    only where the kernel runs; elsewhere the padded layout, as before."""
     calls = []
     monkeypatch.setattr(fast_paths, "varlen_attn", _varlen_stand_in(calls))
+    monkeypatch.setattr(fast_paths, "flash_varlen_forward", _flash_varlen_stand_in(calls))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert fast_paths.runs_flash_attention(torch.device("cuda")) == (capability >= (8, 0))
     assert not fast_paths.runs_flash_attention(torch.device("cpu"))
@@ -200,10 +217,28 @@ def test_packed_sequences_go_to_torchs_varlen_kernel_where_it_runs(
     mask[1, 8:] = 0
     mask[2, 5:] = 0
     model(ids, attention_mask=mask)
-    assert calls == ([((25, 4, 8), [0, 12, 20, 25], 12)] * 2 if used else [])  # once per layer
+    call = [("dropout", dropout)] if dropout and training else []
+    assert calls == ([*call, ((25, 4, 8), [0, 12, 20, 25], 12)] * 2 if used else [])  # once per layer
+    if dropout and training:  # a torch without the flash kernel's operator as called here: the padded layout
+        monkeypatch.setattr(fast_paths, "flash_varlen_forward", None)
+        model(ids, attention_mask=mask)
+        assert len(calls) == 4
     monkeypatch.setattr(fast_paths, "varlen_attn", None)  # a torch without the kernel (before 2.10)
     model(ids, attention_mask=mask)
-    assert len(calls) == (2 if used else 0)
+    assert len(calls) == (len(call) + 1) * (2 if used else 0)
+
+
+def test_the_flash_kernels_operator_takes_packed_sequences_with_dropout_as_called():
+    """The operator `varlen_attention` calls in training with attention dropout, torch's own
+    `aten._flash_attention_forward`, on meta tensors (its shapes without a GPU): the packed layout in, `(1, N, d)`
+    out, and gradients for the query, key and value through its backward."""
+    assert fast_paths.flash_varlen_forward is not None  # this torch has it, with the arguments called
+    heads, head_dim, cu_seq_lens = 4, 8, torch.tensor([0, 12, 20, 25], dtype=torch.int32, device="meta")
+    qkv = torch.empty(1, 25, 3 * heads * head_dim, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    output = fast_paths.varlen_attention(qkv, cu_seq_lens, 12, heads, head_dim, dropout=0.1)
+    assert output.shape == (1, 25, heads * head_dim) and output.dtype == torch.bfloat16
+    output.sum().backward()
+    assert qkv.grad.shape == qkv.shape
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
