@@ -274,17 +274,27 @@ def test_the_loop_cells_share_their_budget_small_model_first(tmp_path, monkeypat
     assert gpu_check.loop_cells(tmp_path, {}, budget=0) and len(limits) == 2  # none run
 
 
-def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_path, monkeypatch):
-    """The summary is written after the tests, after the benchmark and after each loop cell: a command killed during
-    a cell (a device session's time limit) leaves the summary of everything before it."""
+def pretend_a_gpu(monkeypatch) -> None:
+    """The command's checks of the machine as on a GPU machine with everything installed."""
     monkeypatch.setattr(gpu_check, "cuda_line", lambda: None)
     monkeypatch.setattr(gpu_check, "install_missing", lambda wheels, site: [])
     monkeypatch.setattr(gpu_check, "device_description", lambda: SUMMARY["device"])
+
+
+def write_junit(pytest_command: list[str]) -> None:
+    """What the single-GPU tests' pytest would write: JUNIT, where its `--junitxml=` says."""
+    Path(next(a for a in pytest_command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+
+
+def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_path, monkeypatch):
+    """The summary is written after the tests, after the benchmark and after each loop cell: a command killed during
+    a cell (a device session's time limit) leaves the summary of everything before it."""
+    pretend_a_gpu(monkeypatch)
     cells = []
 
     def run_step(command, log, timeout, environment):
         if "pytest" in command:
-            Path(next(a for a in command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+            write_junit(command)
         elif "benchmarks.gpu.run" in command:
             (tmp_path / "out" / "gpu-benchmark.md").write_text("The benchmark's report.")
         else:
@@ -305,14 +315,12 @@ def test_a_command_stopped_from_outside_keeps_a_summary_of_what_it_measured(tmp_
 def test_a_short_session_can_skip_the_benchmark_and_choose_its_loop_cells(tmp_path, monkeypatch):
     """`--benchmark_budget 0` runs no benchmark but the loop cells; `--loop_cells` runs those named, in the order of
     LOOP_CELLS whatever the order given."""
-    monkeypatch.setattr(gpu_check, "cuda_line", lambda: None)
-    monkeypatch.setattr(gpu_check, "install_missing", lambda wheels, site: [])
-    monkeypatch.setattr(gpu_check, "device_description", lambda: SUMMARY["device"])
+    pretend_a_gpu(monkeypatch)
     ran = []
 
     def run_step(command, log, timeout, environment):
         if "pytest" in command:
-            Path(next(a for a in command if a.startswith("--junitxml=")).split("=", 1)[1]).write_text(JUNIT)
+            write_junit(command)
         else:
             ran.append(
                 command[2]
