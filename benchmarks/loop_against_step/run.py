@@ -479,7 +479,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ("--config_overrides", args.config_overrides),
         *(("--step_variants", v) for v in args.step_variants),
     ]:
-        if problem := overrides_problem(joined_overrides(args.config_overrides, overrides)):
+        if problem := overrides_problem(args.size, joined_overrides(args.config_overrides, overrides)):
             parser.exit(2, f"{parser.prog}: error: {flag} {overrides!r}: {problem}\n")
     for name in ("batch_size", "steps", "repeats"):
         if getattr(args, name) < 1:
@@ -495,14 +495,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def overrides_problem(overrides: str | None) -> str | None:
-    """What is wrong with a `--config_overrides` text for a model config (as the run would find it), or None."""
+def overrides_problem(size: str, overrides: str | None) -> str | None:
+    """What is wrong with a `--config_overrides` text for the model config of the preset `size` (as the run would
+    find it), or None."""
     from sinusoidal_encoder import SinusoidalEncoderConfig
     from sinusoidal_encoder_training.cli.arguments import apply_overrides
     from sinusoidal_encoder_training.cli.command_line import UsageError
+    from sinusoidal_encoder_training.configs.pretraining import MODEL_SIZES
 
     try:
-        apply_overrides(SinusoidalEncoderConfig(), overrides)
+        apply_overrides(SinusoidalEncoderConfig(**MODEL_SIZES[size]), overrides)
     except UsageError as error:
         return str(error).removeprefix("--config_overrides: ")
     return None

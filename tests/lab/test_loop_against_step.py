@@ -133,6 +133,7 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
         (["--torch_compile_mode", "reduce-overhead"], "--torch_compile_mode reduce-overhead needs --torch_compile"),
         (["--step_variants", "unpad=False"], "--step_variants 'unpad=False': the config has no field 'unpad'."),
         (["--config_overrides", "hidden_size"], "--config_overrides 'hidden_size': 'hidden_size' is not of the form"),
+        (["--size", "tiny", "--step_variants", "num_attention_heads=3"], "must divide `hidden_size` (64)"),  # tiny's
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):
