@@ -190,7 +190,7 @@ def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: 
         uses_cuda_graphs,
     )
     from sinusoidal_encoder_training.runs.optimization import make_optimizer
-    from sinusoidal_encoder_training.stages.pretraining import build_model
+    from sinusoidal_encoder_training.stages.pretraining import build_model, exact_mask_count
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the loop's accelerate state is not this one's
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
@@ -214,7 +214,8 @@ def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: 
         model, inputs, mask, labels, items, tokens = classification_step(args, tokenizer, model)
     else:  # a masked-LM batch of whole blocks
         ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=torch.Generator())
-        batch = KeyedMaskingCollator(tokenizer, 0.15, seed=0)({"input_ids": ids, "example_id": torch.arange(len(ids))})
+        masking = KeyedMaskingCollator(tokenizer, 0.15, seed=0, exact_count=exact_mask_count(config))  # as the loop's
+        batch = masking({"input_ids": ids, "example_id": torch.arange(len(ids))})
         inputs, labels, mask, tokens = batch["input_ids"], batch["labels"], None, ids.numel()
         items = (labels != -100).sum().float()
     optimizer = make_optimizer(model, config)

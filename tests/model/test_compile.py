@@ -225,7 +225,7 @@ def test_a_cuda_graph_mode_marks_each_forward_and_keeps_the_accumulated_gradient
     and copies the first micro-batch's gradients out of the graphs' memory when a step accumulates several (the
     next replay reuses it): once per optimizer step."""
     from sinusoidal_encoder_training.runs import loop
-    from sinusoidal_encoder_training.stages.pretraining import pretrain
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask, pretrain
 
     calls = {"marks": 0, "kept": 0}
 
@@ -239,6 +239,15 @@ def test_a_cuda_graph_mode_marks_each_forward_and_keeps_the_accumulated_gradient
     loop_keep = loop.keep_gradients
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", mark)
     monkeypatch.setattr(loop, "keep_gradients", keep)
+    counts = []  # the masked tokens of each training batch: one number, so one shape of the sparse prediction
+    loss_units = MaskedLMTask.loss_units
+
+    def counted(self, batch):
+        units = loss_units(self, batch)
+        counts.append(int(units))
+        return units
+
+    monkeypatch.setattr(MaskedLMTask, "loss_units", counted)
     corpus = write_text_corpus(tmp_path / "corpus", n_train=25, n_validation=6)
     config = tiny_pretraining(
         corpus,
@@ -254,6 +263,11 @@ def test_a_cuda_graph_mode_marks_each_forward_and_keeps_the_accumulated_gradient
     out = capsys.readouterr().out
     expected = "torch.compile = eager, mode reduce-overhead (CUDA graphs need a CUDA GPU: here the graphs run as"
     assert expected in out, out[-2000:]
+    length = config.max_seq_length
+    count = round(0.15 * length)
+    assert f"Masking = exactly {count} of each block's {length} tokens" in out, out[-2000:]
+    rows = config.per_device_train_batch_size
+    assert len(counts) >= 6 and set(counts) == {rows * count}, counts
 
 
 def test_kept_gradients_are_the_same_values_in_memory_of_their_own():

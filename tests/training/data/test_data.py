@@ -248,6 +248,34 @@ def test_keyed_masking_draws_berts_shares_for_a_whole_batch_at_once(tokenizer):
     assert randomised.min() >= 0 and randomised.max() < len(tokenizer) and randomised.unique().numel() > 500
 
 
+def test_exact_masking_gives_every_row_berts_count_keyed_as_sampled_masking(tokenizer):
+    """`exact_count`: each row of 128 tokens has round(0.15 x 128) = 19 masked tokens, never a special one, whatever
+    the batching, with the 80/10/10 shares; a row with fewer tokens to mask has all of them masked; the positions are
+    spread over the row (the smallest draws), not the row's first tokens."""
+    generator = torch.Generator().manual_seed(0)
+    blocks = torch.randint(5, len(tokenizer), (256, 128), generator=generator)
+    blocks[:, 0] = tokenizer.cls_token_id
+    blocks[::7, 40] = tokenizer.sep_token_id  # a document boundary inside some blocks
+    blocks[3, 10:] = tokenizer.pad_token_id  # a row with 9 tokens to mask
+    dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": blocks.tolist()}))
+    masking = KeyedMaskingCollator(tokenizer, 0.15, seed=3, exact_count=True)
+    batch = masking(dataset.__getitems__(list(range(256))))
+    masked = batch["labels"] != -100
+    counts = masked.sum(dim=1)
+    assert counts[3] == 9 and masked[3, 1:10].all()
+    assert (counts[torch.arange(256) != 3] == 19).all()
+    special = torch.isin(blocks, torch.tensor(tokenizer.all_special_ids))
+    assert not (masked & special).any() and torch.equal(batch["labels"][masked], blocks[masked])
+    assert masked[:, 64:].float().mean() > 0.1  # the second half of the rows is masked too
+    halves = [masking(dataset.__getitems__(list(part))) for part in (range(0, 100), range(100, 256))]
+    assert torch.equal(batch["labels"], torch.cat([half["labels"] for half in halves]))
+    replaced = (batch["input_ids"][masked] == tokenizer.mask_token_id).float().mean().item()
+    kept = (batch["input_ids"][masked] == blocks[masked]).float().mean().item()
+    assert abs(replaced - 0.8) < 0.03 and abs(kept - 0.1) < 0.03
+    sampled = KeyedMaskingCollator(tokenizer, 0.15, seed=3)(dataset.__getitems__(list(range(256))))
+    assert (sampled["labels"] != -100).sum(dim=1).unique().numel() > 5  # what exact counts are there for
+
+
 def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     import argparse
 

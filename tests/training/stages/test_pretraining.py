@@ -243,6 +243,29 @@ def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, 
         pretraining.pretrain(config, se.SinusoidalEncoderForMaskedLM(tiny_config()))
 
 
+@pytest.mark.parametrize(
+    "compiled, mode, given, exact",
+    [
+        (False, None, None, False),
+        (True, "default", None, False),
+        (True, "reduce-overhead", None, True),
+        (True, "max-autotune", None, True),
+        (True, "reduce-overhead", "sampled", False),
+        (False, None, "exact", True),
+    ],
+)
+def test_masks_are_counted_exactly_where_the_run_replays_cuda_graphs(compiled, mode, given, exact):
+    from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.stages.pretraining import describe_masking, exact_mask_count
+
+    config = PretrainingConfig(
+        output_dir="out", torch_compile=compiled, torch_compile_mode=mode, mask_count=given, max_seq_length=128
+    )
+    assert exact_mask_count(config) is exact
+    expected = "exactly 19 of each block's 128 tokens" if exact else "15% of tokens, each drawn on its own"
+    assert describe_masking(config) == f"{expected}; 80% [MASK], 10% random, 10% kept"
+
+
 def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused():
     import sinusoidal_encoder as se
     from sinusoidal_encoder_training.stages.pretraining import check_vocabulary

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from typing import Literal
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source
 from sinusoidal_encoder_training.cli.command_line import UsageError
@@ -127,6 +128,16 @@ class MaskingConfig(FlagConfig):
 
     mlm_probability: float = dataclasses.field(
         default=0.15, metadata={"help": "Share of tokens masked for prediction."}
+    )
+    mask_count: Literal["sampled", "exact"] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "How many tokens of a row are masked: 'sampled' (each token that is not special with probability "
+            "--mlm_probability, as DataCollatorForLanguageModeling) or 'exact' (round(mlm_probability x row length) "
+            "per row, as BERT's original data: every batch of a shape has one number of masked tokens). Default: "
+            "exact where pretraining replays CUDA graphs (--torch_compile_mode reduce-overhead or max-autotune), "
+            "else sampled."
+        },
     )
 
     def __post_init__(self) -> None:

@@ -312,12 +312,25 @@ class KeyedMaskingCollator:
     The masks of a block therefore do not depend on batching, the number of processes, DataLoader prefetching or
     workers, or on where a run was resumed: a resumed run sees the masks of the uninterrupted one, and evaluation
     (a fixed epoch key) sees the same masks every time. Takes a list of examples or a batch (`IndexedExamples`).
+
+    With `exact_count`, each row of T tokens has exactly max(1, round(mlm_probability × T)) masked tokens (all its
+    tokens that are not special, where it has fewer): those of its smallest draws, as BERT's original data
+    (`create_pretraining_data.py`, `num_to_predict`) does. Batches of one shape then have one number of masked
+    tokens, which a model predicting at the masked tokens only needs to replay one CUDA graph.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float, seed: int, epoch: int | str = 0):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        mlm_probability: float,
+        seed: int,
+        epoch: int | str = 0,
+        exact_count: bool = False,
+    ):
         if not 0 < mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {mlm_probability}.")
         self.mlm_probability = mlm_probability
+        self.exact_count = exact_count
         self.mask_token_id = tokenizer.mask_token_id
         self.vocab_size = len(tokenizer)
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)))
@@ -332,8 +345,13 @@ class KeyedMaskingCollator:
             example_ids = torch.tensor([example["example_id"] for example in examples], dtype=torch.long)  # (B,)
         keys = splitmix64(example_ids + derive_seed(self.seed, self.epoch))  # (B,)
         length = input_ids.shape[1]
-        masked = keyed_draws(keys, length, 0) < round(self.mlm_probability * UNIT)  # (B, T)
-        masked &= ~torch.isin(input_ids, self.special_ids)
+        draws, special = keyed_draws(keys, length, 0), torch.isin(input_ids, self.special_ids)  # (B, T), (B, T)
+        if self.exact_count:
+            count = min(max(1, round(self.mlm_probability * length)), length)
+            chosen = torch.where(special, UNIT, draws).topk(count, dim=1, largest=False).indices  # (B, count)
+            masked = torch.zeros_like(special).scatter_(1, chosen, True) & ~special  # (B, T)
+        else:
+            masked = (draws < round(self.mlm_probability * UNIT)) & ~special  # (B, T)
         replaced = masked & (keyed_draws(keys, length, 1) < round(0.8 * UNIT))
         randomised = masked & ~replaced & (keyed_draws(keys, length, 2) < UNIT // 2)
         ids = torch.where(replaced, self.mask_token_id, input_ids)

@@ -149,7 +149,8 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
         tokenized = tokenize_documents(raw, tokenizer, config.text_column_name, config.preprocessing_num_workers)
         prepared = {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}
     model = accelerator.prepare(model)
-    masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
+    exact = config.mask_count == "exact"
+    masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval", exact_count=exact)
     results = {}
     for length, (blocks, unigram) in prepared.items():
         loader = torch.utils.data.DataLoader(blocks, batch_size=config.per_device_eval_batch_size, collate_fn=masking)

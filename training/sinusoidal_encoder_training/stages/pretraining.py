@@ -40,6 +40,7 @@ from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation,
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders
+from sinusoidal_encoder_training.runs.compilation import uses_cuda_graphs
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
 from sinusoidal_encoder_training.runs.optimization import make_optimizer
@@ -58,6 +59,26 @@ def describe_length_schedule(schedule: tuple[tuple[int, int], ...]) -> str:
         return ""
     phases = ", ".join(f"of {length} tokens until step {step}" for length, step in schedule)
     return f" (sequence-length warmup: each block cut into rows {phases}; whole blocks after)"
+
+
+def exact_mask_count(config: PretrainingConfig) -> bool:
+    """Whether each block gets exactly round(mlm_probability x length) masked tokens (`--mask_count exact`, and by
+    default where the run replays CUDA graphs: sampled masks give each batch its own number of masked tokens, the
+    shape of the masked-LM head's sparse prediction, and each new shape records a new graph) rather than each token
+    its own draw (`--mask_count sampled`, the default elsewhere)."""
+    if config.mask_count is not None:
+        return config.mask_count == "exact"
+    return uses_cuda_graphs(config)
+
+
+def describe_masking(config: PretrainingConfig) -> str:
+    """The masking, for the run's header and the model card: how many tokens and how they are chosen."""
+    if exact_mask_count(config):
+        count = min(max(1, round(config.mlm_probability * config.max_seq_length)), config.max_seq_length)
+        chosen = f"exactly {count} of each block's {config.max_seq_length} tokens"
+    else:
+        chosen = f"{config.mlm_probability:.0%} of tokens, each drawn on its own"
+    return f"{chosen}; 80% [MASK], 10% random, 10% kept"
 
 
 def load_tokenizer(config: PretrainingConfig):
@@ -241,8 +262,9 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
 
     streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
-    train_masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed)
-    eval_masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval")
+    masking = {"mlm_probability": config.mlm_probability, "seed": config.seed, "exact_count": exact_mask_count(config)}
+    train_masking = KeyedMaskingCollator(tokenizer, **masking)
+    eval_masking = KeyedMaskingCollator(tokenizer, **masking, epoch="eval")
     wrap = IndexedStream if streaming else IndexedExamples
     train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
     train_loader, eval_loader = make_loaders(config, train_set, eval_set, train_generator, train_masking, eval_masking)
@@ -257,6 +279,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         f"Training examples (blocks of {config.max_seq_length} tokens) = "
         f"{'streamed' if streaming else f'{len(train_set):,}'}",
         tokens_line,
+        f"Masking = {describe_masking(config)}",
     ]
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
     task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule)
@@ -277,7 +300,7 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
     """The Hub-ready folder: weights, config, code, tokenizer, README.md (model card) and pictures."""
     accelerator, progress, final_eval = result.accelerator, result.progress, result.metrics
     procedure = (
-        f"Masked language modelling ({config.mlm_probability:.0%} of tokens; 80% [MASK], 10% random, 10% kept) on "
+        f"Masked language modelling ({describe_masking(config)}) on "
         f"packed blocks of {config.max_seq_length} tokens{describe_length_schedule(config.length_schedule)}; "
         f"{progress.completed_steps:,} optimizer steps, "
         f"{progress.tokens_seen:,} tokens seen; AdamW (lr {config.learning_rate:g}, betas {config.adam_beta1}/"
