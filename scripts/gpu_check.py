@@ -317,12 +317,13 @@ def summary_markdown(summary: dict) -> str:
 
 # the loop-against-step cells (benchmarks/loop_against_step/run.py), in the order they run: task, size, steps, time
 # limit in seconds, the torch.compile mode (None: eager) and further arguments. The small model first (whose loop fed
-# the GPU at a fifth of its step's speed), eager then compiled, then base. The small model's fine-tuning step (82 ms
-# for 256 rows of 16-128 tokens on an H100, 2026-11-28, against 14 ms for pretraining's 256 x 128) is also timed in
-# the padded layout and without attention dropout (`varlen_attn`, not the flash kernel with dropout), and profiled
-# (that step ran the padded layout in each layer then: the varlen kernel had no dropout). Compiled: the
-# small model in reduce-overhead (CUDA graphs) where its shapes are static (pretraining's whole blocks), else in the
-# default mode (fine-tuning pads each batch to its longest row: CUDA graphs would be recorded anew for every length).
+# the GPU at a fifth of its step's speed), eager then compiled, then base. The small model's fine-tuning step is also
+# timed in the padded layout and without attention dropout, and profiled (it took 82 ms for 256 rows of 16-128 tokens
+# on an H100, 2026-11-28, when dropout laid the packed tokens out as a padded batch in each layer; on an H200 with the
+# flash kernel's dropout the loop kept 0.63 of it); `--profile` also gives the loop's main process by function, as
+# for the CUDA-graph pretraining loop (0.64 of its step on that H200). Compiled: the small model in reduce-overhead
+# (CUDA graphs) where its shapes are static (pretraining's whole blocks, masks counted exactly), else in the default
+# mode (fine-tuning pads each batch to its longest row: CUDA graphs would be recorded anew for every length).
 # A compiled cell compiles the bare step and the loop from nothing, hence its longer limit. The cells share
 # --loop_budget: each runs under what is left of it (at most its own limit), and those that find less than
 # LEAST_CELL_SECONDS left are reported as not run.
@@ -330,7 +331,7 @@ WHERE_THE_STEP_GOES = ("--step_variants", "unpad_inputs=False", "attention_probs
 LOOP_CELLS = (
     ("pretraining", "small", 300, 200, None, ()),
     ("finetuning", "small", 300, 200, None, WHERE_THE_STEP_GOES),
-    ("pretraining", "small", 300, 300, "reduce-overhead", ()),
+    ("pretraining", "small", 300, 300, "reduce-overhead", ("--profile",)),
     ("finetuning", "small", 300, 300, "default", ()),
     ("pretraining", "base", 60, 200, None, ()),
     ("finetuning", "base", 60, 200, None, ()),
@@ -412,7 +413,10 @@ def run_step(command: list[str], log: Path | None, timeout: int, environment: di
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="scripts/test_gpu.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="scripts/test_gpu.sh",
+        description=__doc__,
+        epilog="Arguments after `--` go to pytest (e.g. `-- -k sdpa` runs only the tests that match).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("results_dir", nargs="?", help="Where the results go (created; seven files).")
     parser.add_argument("--wheels", type=Path, default=None, help="A folder of wheels to install what is missing.")
@@ -444,8 +448,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="Instead of running: download into DIR the pure-Python wheels a GPU machine may lack (needs a registry).",
     )
-    parser.add_argument("pytest_args", nargs="*", help="Given to pytest after `--`.")
-    args = parser.parse_args(argv)
+    # what follows `--` goes to pytest, wherever RESULTS_DIR stands (a positional after it would take it otherwise)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.pytest_args = argv[split + 1 :]
     if args.fill_wheels is None:
         if args.results_dir is None:
             parser.error("give the folder for the results: bash scripts/test_gpu.sh RESULTS_DIR [--wheels DIR]")

@@ -253,7 +253,16 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
         "unpad_inputs=False",
         "attention_probs_dropout_prob=0",
     ]
-    assert "--profile" in finetuning_small and sum("--profile" in command for command, _ in runs) == 1
+    # ... and the small model's CUDA-graph pretraining loop profiled (0.64 of its step on an H200)
+    profiled = {
+        (c[c.index("--task") + 1], c[c.index("--size") + 1], "--torch_compile" in c)
+        for c, _ in runs
+        if "--profile" in c
+    }
+    assert "--profile" in finetuning_small and profiled == {
+        ("finetuning", "small", False),
+        ("pretraining", "small", True),
+    }
 
 
 def test_the_loop_cells_share_their_budget_small_model_first(tmp_path, monkeypatch):
@@ -337,6 +346,29 @@ def test_a_short_session_can_skip_the_benchmark_and_choose_its_loop_cells(tmp_pa
     text = (tmp_path / "out" / "gpu-summary.md").read_text()
     assert gpu_check.NO_BENCHMARK in text and text.count("## The loop against the step: ") == 2
     assert set(gpu_check.CELL_NAMES) == {f"loop-{t}-{s}-{m or 'eager'}" for t, s, _, _, m, _ in gpu_check.LOOP_CELLS}
+
+
+@pytest.mark.parametrize("results_first", [True, False])
+def test_what_follows_the_double_dash_goes_to_pytest_wherever_the_results_folder_stands(
+    tmp_path, monkeypatch, results_first
+):
+    """`-- -k sdpa` reaches pytest with RESULTS_DIR before the options or after them (before, argparse's positional
+    list took nothing and refused the rest: "unrecognized arguments")."""
+    pretend_a_gpu(monkeypatch)
+    given = []
+
+    def run_step(command, log, timeout, environment):
+        if "pytest" in command:
+            given.append(command[command.index(next(a for a in command if a.startswith("--junitxml"))) + 1 :])
+            write_junit(command)
+        return 0, 5.0
+
+    monkeypatch.setattr(gpu_check, "run_step", run_step)
+    options = ["--no_benchmark", "--loop_budget", "0"]
+    out = str(tmp_path / "out")
+    argv = [out, *options] if results_first else [*options, out]
+    assert gpu_check.main([*argv, "--", "-k", "sdpa", "-x"]) == 0
+    assert given == [["-k", "sdpa", "-x"]]
 
 
 def test_a_wheel_whose_requirements_the_machine_does_not_meet_gives_way_to_one_that_fits(tmp_path):
