@@ -25,7 +25,9 @@ the graphs inductor could not run as CUDA graphs (`reduce-overhead`, `max-autotu
 Where the step's own time goes: `--step_variants` times the bare step again with other model settings (each a
 `--config_overrides` text, e.g. `unpad_inputs=False` for the padded layout, `attention_probs_dropout_prob=0` for
 attention without dropout), and `--profile` adds the profiler's table of its operators (by their own
-time on the device, or on the CPU without a GPU) over a few steps.
+time on the device, or on the CPU without a GPU) over a few steps. Where the loop's time goes beyond the step's:
+`--profile` also runs the loop a few more steps under cProfile (left out of its figures) and adds the table of its
+main process's functions by time per step (the host's waits for the device among them).
 
 Targets (issue "Feed the GPU"): on a GPU at least 0.85 at `small` and 0.95 at `base`; on a CPU, where the step
 dominates, 1.00 within the noise. The report says met or missed; nothing asserts a time.
@@ -34,15 +36,19 @@ dominates, 1.00 within the noise. The report says met or missed; nothing asserts
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import cProfile
 import json
 import os
+import pstats
 import random
 import statistics
 import sys
 import tempfile
 import time
 import typing
+from pathlib import Path
 
 import torch
 
@@ -55,6 +61,8 @@ WINDOW_STEPS = 10  # the loop's logging window (`logging_steps`' default): its f
 CORPUS_STEPS = 40  # the corpus holds this many steps' blocks at most: a longer run trains several epochs over it
 PROFILE_STEPS = 5  # bare steps under the profiler (`--profile`), after the timed ones
 PROFILE_ROWS = 20
+LOOP_PROFILE_STEPS = 20  # loop steps under cProfile (`--profile`), after the timed ones
+LOOP_PROFILE_ROWS = 30
 
 
 def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
@@ -109,17 +117,19 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
     """The loop's run (pretraining's or fine-tuning's): its tokens/s (the median of the logged windows after the
     first), the tokens/s and seconds of each logged window, the seconds of the whole run (data preparation and the
     final evaluation included) and, compiled, the graphs dynamo captured and those inductor ran without CUDA
-    graphs."""
+    graphs. With `--profile` the loop runs `LOOP_PROFILE_STEPS` more steps, under cProfile (`profiled_steps`), which
+    the figures leave out."""
     from torch._dynamo.utils import counters
 
     from sinusoidal_encoder_training.runs.metrics_log import read_metrics
 
+    extra = LOOP_PROFILE_STEPS if args.profile else 0
     common = dict(
         output_dir=os.path.join(folder, "run"),
         validation_split_percentage=1,
         per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=args.batch_size,
-        max_train_steps=args.steps,
+        max_train_steps=args.steps + extra,
         mixed_precision=args.mixed_precision,
         torch_compile=args.torch_compile,
         torch_compile_backend=args.torch_compile_backend,
@@ -149,9 +159,11 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
         )
     counters.clear()
     start = time.perf_counter()
-    run(config)
+    with profiled_steps(args.steps, extra) as host:
+        run(config)
     seconds = time.perf_counter() - start
     logged = [line for line in read_metrics(config.output_dir) if "tokens_per_second" in line]
+    logged = [line for line in logged if line["step"] <= args.steps]  # the profiled steps aside
     windows = [line["tokens_per_second"] for line in logged]
     seen = [0] + [line["tokens_seen"] for line in logged]
     window_seconds = [(seen[i + 1] - seen[i]) / speed for i, speed in enumerate(windows)]
@@ -167,7 +179,60 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
         "window_seconds": window_seconds,
         "seconds": seconds,
         "graphs": graphs,
+        "profile": host_table(host, extra) if extra else None,
     }
+
+
+def short_path(path: str) -> str:
+    """A source file's path from its package down (no machine's folders): `torch/...`, `sinusoidal_encoder/...`."""
+    for marker in ("site-packages/", "/modeling/", "/training/", "/benchmarks/"):
+        if marker in path:
+            return ("benchmarks/" if marker == "/benchmarks/" else "") + path.split(marker, 1)[1]
+    return "/".join(Path(path).parts[-2:])
+
+
+@contextlib.contextmanager
+def profiled_steps(first: int, count: int) -> typing.Iterator[cProfile.Profile]:
+    """Within it, the loop's optimizer steps after the `first` ones run under cProfile, as they come (the step with
+    the data fetched before it and the logging, evaluation and checkpoints after it), up to the final evaluation:
+    `count` steps. The loop's own functions are looked up in its module when called, so wrapping them there is
+    enough."""
+    from sinusoidal_encoder_training.runs import loop
+
+    host = cProfile.Profile()
+    started = [0]
+    real_step, real_finish = loop.optimizer_step, loop.finish_run
+
+    def optimizer_step(run, batches):
+        started[0] += 1
+        if count and started[0] == first + 1:
+            host.enable()
+        return real_step(run, batches)
+
+    def finish_run(run):
+        host.disable()
+        return real_finish(run)
+
+    loop.optimizer_step, loop.finish_run = optimizer_step, finish_run
+    try:
+        yield host
+    finally:
+        host.disable()
+        loop.optimizer_step, loop.finish_run = real_step, real_finish
+
+
+def host_table(host: cProfile.Profile, steps: int) -> str:
+    """The `LOOP_PROFILE_ROWS` functions of the most time per step, the time spent in what they call included (what
+    the main process does, the host's waits for the device among it: those of `.item()` and of boolean indexing),
+    per step: milliseconds in all and in the function itself, calls; paths from the package or library down."""
+    stats = pstats.Stats(host).stats
+    rows = [item for item in stats.items() if not item[0][0].endswith(__file__)]  # not this module's wrappers
+    rows = sorted(rows, key=lambda item: -item[1][3])[:LOOP_PROFILE_ROWS]
+    lines = [f"{'ms/step':>8} {'own ms':>8} {'calls':>7}  function"]
+    for (path, line, name), (_, calls, own, total, _) in rows:
+        where = name if path == "~" else f"{short_path(path)}:{line}({name})"
+        lines.append(f"{1000 * total / steps:8.2f} {1000 * own / steps:8.2f} {calls / steps:7.1f}  {where}")
+    return "\n".join(lines)
 
 
 def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: bool = False) -> dict:
@@ -342,6 +407,7 @@ def measure(args: argparse.Namespace) -> dict:
         "step_first_window_seconds": step["first_window_seconds"],
         "step_steady_window_seconds": step["steady_window_seconds"],
         "step_profile": step["profile"],
+        "loop_profile": loop["profile"],
         "step_variants": [
             {
                 "overrides": variant["overrides"],
@@ -423,6 +489,16 @@ def report(result: dict) -> str:
             result["step_profile"],
             "```",
         ]
+    if result.get("loop_profile"):
+        lines += [
+            "",
+            f"The loop's main process over {LOOP_PROFILE_STEPS} more steps (`--profile`, cProfile; the figures above "
+            "leave them out), by time per step with what each function calls:",
+            "",
+            "```",
+            result["loop_profile"],
+            "```",
+        ]
     return "\n".join([*lines, ""])
 
 
@@ -470,7 +546,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--config_overrides), e.g. unpad_inputs=False.",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="Add the profiler's table of the bare step's operators to the report."
+        "--profile",
+        action="store_true",
+        help="Add the profiler's table of the bare step's operators and cProfile's of the loop's main process over "
+        f"{LOOP_PROFILE_STEPS} more steps to the report.",
     )
     parser.add_argument(
         "--output_dir", default="benchmarks/loop_against_step", help="Where loop-against-step.{json,md} are written."

@@ -5,6 +5,7 @@ is one line. Mechanics only: no time is asserted."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,6 +71,15 @@ def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, 
         assert f"| the bare step with `{variant['overrides']}` | {variant['tokens_per_second']:,.0f} (" in text
     assert "aten::" in result["step_profile"] and "by their own time on the CPU" in text
     assert f"```\n{result['step_profile']}\n```" in text
+    # the loop's main process over 20 more steps than the timed ones (which the windows leave out: check_record)
+    host = result["loop_profile"]
+    assert f"```\n{host}\n```" in text and "over 20 more steps (`--profile`, cProfile" in text
+    header, *rows = host.splitlines()
+    assert header.split() == ["ms/step", "own", "ms", "calls", "function"] and len(rows) == 30
+    step = next(row for row in rows if row.endswith("(optimizer_step)"))
+    assert "sinusoidal_encoder_training/runs/loop.py:" in step and float(step.split()[2]) == 1.0  # once a step
+    repository = str(Path(loop_against_step.__file__).resolve().parents[2])
+    assert repository not in host and "benchmarks/loop_against_step" not in host  # no machine path, no wrapper
 
 
 @pytest.fixture
