@@ -558,8 +558,9 @@ class SinusoidalEncoderForMaskedLM(SinusoidalEncoderPreTrainedModel):
         )
         hidden_states = outputs.last_hidden_state  # (B, T, d)
         if labels is not None and self.config.sparse_prediction:
-            keep = labels != -100  # (B, T)
-            hidden_states, labels = hidden_states[keep], labels[keep]  # (N, d), (N,)
+            kept = (labels.flatten() != -100).nonzero().squeeze(1)  # (N,): one wait for the device, for both
+            hidden_states = hidden_states.flatten(0, 1).index_select(0, kept)  # (N, d)
+            labels = labels.flatten().index_select(0, kept)  # (N,)
         logits = self.lm_head(hidden_states)  # (B, T, V), or (N, V) when sparse
         loss = masked_lm_loss(logits, labels, num_items_in_batch) if labels is not None else None
         output = MaskedLMOutput(

@@ -521,6 +521,27 @@ def test_the_packed_layers_never_wait_for_the_device(monkeypatch, attn_implement
     assert reads[1] == reads[4] and len(reads[4]) == 3, reads
 
 
+def test_the_sparse_prediction_waits_for_the_device_once():
+    """The masked-LM head's sparse prediction finds the labelled positions once for the hidden states and the labels
+    (two boolean indexes waited twice), forward and backward, and computes the same loss and gradients as the dense
+    head."""
+    model = AutoModelForMaskedLM.from_config(tiny_config(sparse_prediction=True))
+    dense = AutoModelForMaskedLM.from_config(tiny_config())
+    dense.load_state_dict(model.state_dict())
+    ids = random_ids(3, 12)
+    labels = torch.full_like(ids, -100)
+    labels[0, [1, 5]], labels[2, 11] = ids[0, [1, 5]], ids[2, 11]
+    with HostReads() as watch:
+        loss = model(ids, labels=labels).loss
+        loss.backward()
+    assert watch.reads == ["nonzero.default"], watch.reads
+    expected = dense(ids, labels=labels).loss
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    for (name, parameter), reference in zip(model.named_parameters(), dense.parameters(), strict=True):
+        torch.testing.assert_close(parameter.grad, reference.grad, msg=name)
+
+
 def _out_of_place_residuals(sublayer_output, residual):
     return residual + sublayer_output
 
