@@ -128,7 +128,8 @@ def measure(args: argparse.Namespace) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     rows = args.batches * args.batch_size
     packed = packed_dataset(rows, args.length, len(tokenizer))
-    settings = {**loader_settings(argparse.Namespace(dataloader_num_workers=0)), "batch_size": args.batch_size}
+    in_process = argparse.Namespace(dataloader_num_workers=0, no_persistent_workers=False)
+    settings = {**loader_settings(in_process), "batch_size": args.batch_size}
 
     def ours():
         wrapped = IndexedExamples(packed)

@@ -281,12 +281,44 @@ def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
 
     from sinusoidal_encoder_training.runs.accelerator import GPU_LOADER_WORKERS, loader_settings
 
-    auto, given = argparse.Namespace(dataloader_num_workers=None), argparse.Namespace(dataloader_num_workers=3)
+    def settings(workers, persistent=True):
+        return argparse.Namespace(dataloader_num_workers=workers, no_persistent_workers=not persistent)
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert loader_settings(auto) == {"num_workers": 0, "pin_memory": False}
+    assert loader_settings(settings(None)) == {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert loader_settings(auto) == {"num_workers": GPU_LOADER_WORKERS, "pin_memory": True}
-    assert loader_settings(given) == {"num_workers": 3, "pin_memory": True}
+    expected = {"num_workers": GPU_LOADER_WORKERS, "pin_memory": True, "persistent_workers": True}
+    assert loader_settings(settings(None)) == expected
+    assert loader_settings(settings(3)) == {"num_workers": 3, "pin_memory": True, "persistent_workers": True}
+    assert loader_settings(settings(3, persistent=False))["persistent_workers"] is False
+
+
+def test_indices_tagged_with_their_epoch_carry_it_to_the_masks(tokenizer):
+    """`EpochTaggedSampler` draws `(epoch, index)` from its sampler with the epoch set when drawn; `IndexedExamples`
+    hands the epoch on with each row, in a batch read at once or row by row; `KeyedMaskingCollator` masks each row
+    with its own epoch's key, whatever epoch the collator itself was left at (as in a DataLoader worker that
+    persists from one epoch to the next)."""
+    from sinusoidal_encoder_training.data.pipeline import EpochTaggedSampler
+
+    blocks = torch.randint(5, len(tokenizer), (12, 32), generator=torch.Generator().manual_seed(0))
+    dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": blocks.tolist()}))
+    generator = torch.Generator()
+    order = EpochTaggedSampler(torch.utils.data.RandomSampler(dataset, generator=generator))
+    assert order.generator is generator and len(order) == 12
+    order.epoch = 3
+    drawn = list(order)
+    assert {epoch for epoch, _ in drawn} == {3} and sorted(index for _, index in drawn) == list(range(12))
+    stale = KeyedMaskingCollator(tokenizer, 0.15, seed=1, epoch=0)  # a worker's copy, started at epoch 0
+    current = KeyedMaskingCollator(tokenizer, 0.15, seed=1, epoch=3)
+    batch = stale(dataset.__getitems__(drawn))
+    assert torch.equal(batch["labels"], current(dataset.__getitems__([index for _, index in drawn]))["labels"])
+    assert torch.equal(stale([dataset[index] for index in drawn])["labels"], batch["labels"])  # row by row
+    assert not torch.equal(batch["labels"], stale(dataset.__getitems__([index for _, index in drawn]))["labels"])
+    mixed = [(3, 0), (4, 1)]  # rows of two epochs in one batch: each its own
+    rows = stale(dataset.__getitems__(mixed))["labels"]
+    later = KeyedMaskingCollator(tokenizer, 0.15, seed=1, epoch=4)
+    assert torch.equal(rows[0], current(dataset.__getitems__([0]))["labels"][0])
+    assert torch.equal(rows[1], later(dataset.__getitems__([1]))["labels"][0])
 
 
 @pytest.mark.parametrize("multiple", [None, 8])

@@ -177,6 +177,38 @@ def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_pa
     release_lock(str(folder))
 
 
+def test_a_killed_runs_lock_is_free_while_the_workers_it_forked_live_on(tmp_path):
+    """A run killed while its DataLoader workers (forked processes, which keep its open files) still live: the folder
+    is free at once, not when they notice (seconds later). Asked by another process, and by the holder itself."""
+    import os
+    import signal
+
+    from sinusoidal_encoder_training.runs.run_folder import lock_holder
+
+    folder = tmp_path / "out"
+    script = (
+        "import os, signal, time; from sinusoidal_encoder_training.runs.run_folder import take_lock\n"
+        f"assert take_lock({str(folder)!r}) is None\n"
+        "worker = os.fork()\n"
+        "if worker == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+        "print(worker, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    killed = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env())
+    worker = int(killed.stdout.readline())
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    killed.stdout.close()
+    try:
+        os.kill(worker, 0)  # the worker lives on, the killed run's lock file open
+        assert lock_holder(str(folder)) is None
+        assert take_lock(str(folder), report=lambda line: None) is None
+        assert lock_holder(str(folder)) == f"process {os.getpid()} on {socket.gethostname()}"
+        assert take_lock(str(folder)) is None  # still held: asking did not give it back
+    finally:
+        os.kill(worker, signal.SIGKILL)
+        release_lock(str(folder))
+
+
 @pytest.mark.slow
 def test_machines_of_a_launch_that_formed_no_group_stop_before_training(tmp_path, corpus):
     """`accelerate launch --cpu --num_machines 2` starts each machine's script as one plain process: alone, it would

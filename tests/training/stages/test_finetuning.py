@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import metrics
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
@@ -236,6 +237,9 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
 
 @pytest.mark.slow
 def test_resume_continues_exactly(tmp_path, pretrained):
+    """A resumed run ends with the uninterrupted run's weights, both reading through two DataLoader workers kept
+    from one epoch to the next: the order of every epoch is the same whether its iterator is the workers' first or
+    not (a resume's is new)."""
     rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 4)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
     common = dict(
@@ -245,8 +249,10 @@ def test_resume_continues_exactly(tmp_path, pretrained):
         max_train_steps=8,
         checkpointing_steps=3,
         gradient_accumulation_steps=2,
+        dataloader_num_workers=2,
     )
     run_finetune(**common, output_dir=str(tmp_path / "a"))
+    assert len({line["epoch"] for line in metrics(tmp_path / "a") if "epoch" in line}) >= 2
     checkpoint = str(tmp_path / "a" / "checkpoints" / "step_3")
     run_finetune(**common, output_dir=str(tmp_path / "b"), resume_from_checkpoint=checkpoint)
     a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))

@@ -152,6 +152,13 @@ class TrainingConfig(OutputConfig):
             "the step needs; 2 beside a GPU, so that the next batches are built while the GPU steps)."
         },
     )
+    no_persistent_workers: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Start new DataLoader worker processes for every epoch and evaluation (and wait for their first "
+            "batches) instead of keeping them for the run, which holds their memory between epochs."
+        },
+    )
     mixed_precision: Literal["no", "bf16", "fp16"] | None = dataclasses.field(
         default=None,
         metadata={

@@ -239,7 +239,8 @@ def tokenize_and_pack(
 
 class IndexedExamples(torch.utils.data.Dataset):
     """Rows of a packed map-style dataset, each tagged with its index (the key of its masks). A DataLoader reads a
-    batch's rows at once (`__getitems__`: one Arrow take, no Python object per token)."""
+    batch's rows at once (`__getitems__`: one Arrow take, no Python object per token). An index may come tagged with
+    the epoch it was drawn in, `(epoch, index)` (`EpochTaggedSampler`): the row then carries its `epoch` too."""
 
     def __init__(self, dataset: datasets.Dataset):
         self.dataset = dataset
@@ -248,15 +249,51 @@ class IndexedExamples(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, index: int | tuple[int, int]) -> dict[str, Any]:
+        if isinstance(index, tuple):
+            epoch, index = index
+            return {**self[index], "epoch": epoch}
         return {"input_ids": self.dataset[index]["input_ids"], "example_id": index}
 
-    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        """The rows `indices` as one batch: `input_ids` (B, T) and their `example_id` (B,)."""
-        rows = self.arrays[indices]["input_ids"]  # (B, T) when the blocks have one length
-        if rows.dtype == object:  # blocks of several lengths: each row on its own
+    def __getitems__(self, indices: list[int] | list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+        """The rows `indices` as one batch: `input_ids` (B, T) and their `example_id` (B,), and `epoch` (B,) when
+        the indices came tagged with it."""
+        tagged = bool(indices) and isinstance(indices[0], tuple)
+        rows = [index for _, index in indices] if tagged else indices
+        arrays = self.arrays[rows]["input_ids"]  # (B, T) when the blocks have one length
+        if arrays.dtype == object:  # blocks of several lengths: each row on its own
             return [self[index] for index in indices]
-        return {"input_ids": torch.from_numpy(rows).long(), "example_id": torch.tensor(indices, dtype=torch.long)}
+        batch = {"input_ids": torch.from_numpy(arrays).long(), "example_id": torch.tensor(rows, dtype=torch.long)}
+        if tagged:
+            batch["epoch"] = torch.tensor([epoch for epoch, _ in indices], dtype=torch.long)
+        return batch
+
+
+class EpochTaggedSampler(torch.utils.data.Sampler):
+    """The indices of `sampler`, each tagged with the epoch it is drawn in: `(epoch, index)`, which
+    `IndexedExamples` hands on with the row. DataLoader workers that persist from one epoch to the next keep the
+    collator they were started with; the epoch travels with each index instead, so the masks of a block are those of
+    its epoch (`KeyedMaskingCollator`). The task sets `epoch` before each epoch's batches are drawn."""
+
+    def __init__(self, sampler: torch.utils.data.Sampler):
+        self.sampler = sampler
+        self.epoch = 0
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The order's generator (that of `sampler`), which accelerate synchronises across processes."""
+        return self.sampler.generator
+
+    @generator.setter
+    def generator(self, generator: torch.Generator | None) -> None:
+        self.sampler.generator = generator
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch = self.epoch
+        return ((epoch, index) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
 
 
 class IndexedStream(torch.utils.data.IterableDataset):
@@ -311,7 +348,8 @@ class KeyedMaskingCollator:
 
     The masks of a block therefore do not depend on batching, the number of processes, DataLoader prefetching or
     workers, or on where a run was resumed: a resumed run sees the masks of the uninterrupted one, and evaluation
-    (a fixed epoch key) sees the same masks every time. Takes a list of examples or a batch (`IndexedExamples`).
+    (a fixed epoch key) sees the same masks every time. Takes a list of examples or a batch (`IndexedExamples`); the
+    epoch of a row is that of its tag where it has one (`EpochTaggedSampler`), else `epoch`.
 
     With `exact_count`, each row of T tokens has exactly max(1, round(mlm_probability × T)) masked tokens (all its
     tokens that are not special, where it has fewer): those of its smallest draws, as BERT's original data
@@ -340,10 +378,12 @@ class KeyedMaskingCollator:
     def __call__(self, examples: list[dict[str, Any]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(examples, dict):
             input_ids, example_ids = examples["input_ids"], examples["example_id"]  # (B, T), (B,)
+            epochs = examples.get("epoch")  # (B,), where the indices came tagged with their epoch
         else:
             input_ids = torch.tensor([example["input_ids"] for example in examples], dtype=torch.long)  # (B, T)
             example_ids = torch.tensor([example["example_id"] for example in examples], dtype=torch.long)  # (B,)
-        keys = splitmix64(example_ids + derive_seed(self.seed, self.epoch))  # (B,)
+            epochs = torch.tensor([example["epoch"] for example in examples]) if "epoch" in examples[0] else None
+        keys = splitmix64(example_ids + self.epoch_keys(epochs))  # (B,)
         length = input_ids.shape[1]
         draws, special = keyed_draws(keys, length, 0), torch.isin(input_ids, self.special_ids)  # (B, T), (B, T)
         if self.exact_count:
@@ -357,6 +397,13 @@ class KeyedMaskingCollator:
         ids = torch.where(replaced, self.mask_token_id, input_ids)
         ids = torch.where(randomised, keyed_draws(keys, length, 3) % self.vocab_size, ids)
         return {"input_ids": ids, "labels": torch.where(masked, input_ids, -100), "example_id": example_ids}
+
+    def epoch_keys(self, epochs: torch.Tensor | None) -> torch.Tensor | int:
+        """The key of each row's epoch: that of its tag (B,), or without tags that of `self.epoch`."""
+        if epochs is None:
+            return derive_seed(self.seed, self.epoch)
+        unique, inverse = torch.unique(epochs, return_inverse=True)
+        return torch.tensor([derive_seed(self.seed, epoch) for epoch in unique.tolist()], dtype=torch.long)[inverse]
 
 
 class BatchedRows(torch.utils.data.Dataset):

@@ -16,18 +16,30 @@ from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
 
 
 def make_loaders(
-    config: TrainingConfig, train_set, eval_set, generator: torch.Generator, train_collate, eval_collate
+    config: TrainingConfig,
+    train_set,
+    eval_set,
+    generator: torch.Generator,
+    train_collate,
+    eval_collate,
+    train_sampler: torch.utils.data.Sampler | None = None,
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
-    """The training loader (its order drawn from `generator`, which the task reseeds every epoch, unless the set is
-    a stream; the last partial batch dropped) and the evaluation loader (every example), of the config's batch
-    sizes, with the workers and page-locked memory the device wants (`loader_settings`); `accelerator.prepare` them
-    with the model."""
+    """The training loader (its order a permutation drawn from `generator`, which the task reseeds every epoch,
+    unless the set is a stream; or that of `train_sampler`, over that generator; the last partial batch dropped) and
+    the evaluation loader (every example), of the config's batch sizes, with the workers, their persistence and
+    page-locked memory of `loader_settings`; `accelerator.prepare` them with the model.
+
+    The loaders' own draws (the seed of their workers, at every new iterator) come from generators of their own:
+    neither the order nor the global RNG (dropout) depends on how many iterators a run made, which differs between
+    workers kept from one epoch to the next, new ones, and a resumed run's."""
     settings = loader_settings(config)
+    if train_sampler is None and not isinstance(train_set, torch.utils.data.IterableDataset):
+        train_sampler = torch.utils.data.RandomSampler(train_set, generator=generator)
     train_loader = torch.utils.data.DataLoader(
         train_set,
         batch_size=config.per_device_train_batch_size,
-        shuffle=not isinstance(train_set, torch.utils.data.IterableDataset),
-        generator=generator,
+        sampler=train_sampler,
+        generator=torch.Generator(),
         collate_fn=train_collate,
         drop_last=True,
         **settings,
@@ -47,13 +59,16 @@ GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it 
 
 def loader_settings(config: TrainingConfig) -> dict[str, Any]:
     """The DataLoader's workers (`--dataloader_num_workers`, else by the device: none on a CPU, whose cores the step
-    needs; `GPU_LOADER_WORKERS` beside a GPU) and page-locked memory (beside a GPU, so that the copy to it does not
-    wait: accelerate copies with `non_blocking`, `make_accelerator`)."""
+    needs; `GPU_LOADER_WORKERS` beside a GPU), kept from one epoch or evaluation to the next unless
+    `--no_persistent_workers` (no new processes, no wait for their first batches at each epoch's start),
+    and page-locked memory (beside a GPU, so that the copy to it does not wait: accelerate copies with
+    `non_blocking`, `make_accelerator`)."""
     gpu = torch.cuda.is_available()
     workers = config.dataloader_num_workers
     if workers is None:
         workers = GPU_LOADER_WORKERS if gpu else 0
-    return {"num_workers": workers, "pin_memory": gpu}
+    persistent = workers > 0 and not config.no_persistent_workers
+    return {"num_workers": workers, "pin_memory": gpu, "persistent_workers": persistent}
 
 
 def bf16_is_fast() -> bool:

@@ -202,7 +202,9 @@ def existing_parent(path: str) -> str:
 def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> str | None:
     """Lock `output_dir` for this process (held until it exits or `release_lock`), or say which process holds it.
     The lock file names its holder while held and is emptied when released: a name found in a lock that is free is
-    a holder that was killed, whose lock is taken over with a line to `report`."""
+    a holder that was killed, whose lock is taken over with a line to `report`. A POSIX record lock
+    (`fcntl.lockf`): it belongs to this process alone, so the DataLoader workers forked from it, which keep its open
+    files and outlive a killed run by seconds, do not keep the folder locked (a `flock` is theirs too)."""
     import fcntl
 
     if output_dir in _held_locks:
@@ -212,7 +214,7 @@ def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> s
     path = os.path.join(folder, LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
         os.close(fd)
@@ -234,20 +236,23 @@ def take_lock(output_dir: str, report: Callable[[str], None] | None = None) -> s
 def lock_holder(output_dir: str) -> str | None:
     """Which live process holds the run lock of `output_dir` (as its lock file names it), or None when no run
     writes there now (no lock, or the lock of a process that ended). Asks the system for the lock without waiting
-    and gives it back at once."""
+    and gives it back at once. A folder this process holds is named without asking (a process's own record locks
+    never conflict with its requests, and closing any of its descriptors of the file would release them)."""
     import fcntl
 
+    if output_dir in _held_locks:
+        return f"process {os.getpid()} on {socket.gethostname()}"
     path = os.path.join(checkpoints_dir(output_dir), LOCK_FILE)
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return os.read(fd, 200).decode(errors="replace").strip() or "another process"
     else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.lockf(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)

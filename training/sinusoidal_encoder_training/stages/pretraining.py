@@ -29,6 +29,7 @@ from sinusoidal_encoder_training.cli.command_line import (
 from sinusoidal_encoder_training.configs import MODEL_SIZES, PretrainingConfig
 from sinusoidal_encoder_training.data.pipeline import (
     SHIPPED_TOKENIZER,
+    EpochTaggedSampler,
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
@@ -169,9 +170,11 @@ class MaskedLMTask(TrainingTask):
         seed: int,
         unigram_log_probs: torch.Tensor,
         length_schedule: tuple[tuple[int, int], ...] = (),
+        train_order: EpochTaggedSampler | None = None,
     ):
         self.train_generator = train_generator
         self.train_masking = train_masking
+        self.train_order = train_order
         self.seed = seed
         self.evaluation = MaskedLMEvaluation(unigram_log_probs, order_seed=seed)
         self.length_schedule = length_schedule  # ((length, until step), ...): sequence-length warmup
@@ -182,7 +185,9 @@ class MaskedLMTask(TrainingTask):
 
     def start_epoch(self, epoch: int) -> None:
         self.train_generator.manual_seed(derive_seed(self.seed, "data", epoch))  # same order on resume, new per epoch
-        self.train_masking.epoch = epoch
+        self.train_masking.epoch = epoch  # the masks of a stream's blocks, and of untagged ones
+        if self.train_order is not None:  # the epoch of the indices drawn from now, which travels with them
+            self.train_order.epoch = epoch
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return (batch["labels"] != -100).sum()
@@ -267,7 +272,13 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
     eval_masking = KeyedMaskingCollator(tokenizer, **masking, epoch="eval")
     wrap = IndexedStream if streaming else IndexedExamples
     train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
-    train_loader, eval_loader = make_loaders(config, train_set, eval_set, train_generator, train_masking, eval_masking)
+    # each index tagged with its epoch: the masks follow it into workers that persist from one epoch to the next
+    order = (
+        None if streaming else EpochTaggedSampler(torch.utils.data.RandomSampler(train_set, generator=train_generator))
+    )
+    train_loader, eval_loader = make_loaders(
+        config, train_set, eval_set, train_generator, train_masking, eval_masking, train_sampler=order
+    )
     optimizer = make_optimizer(model, config)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
 
@@ -282,7 +293,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         f"Masking = {describe_masking(config)}",
     ]
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
-    task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule)
+    task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule, order)
     trained = train(
         accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
     )
