@@ -340,6 +340,12 @@ def keyed_draws(keys: torch.Tensor, length: int, stream: int) -> torch.Tensor:
     return _shift_right(splitmix64(keys[:, None] + positions[None, :]), 11)  # (B, T)
 
 
+def masked_per_row(mlm_probability: float, length: int) -> int:
+    """The masked tokens of a row of `length` tokens under exact counting: max(1, round(mlm_probability x length))
+    (BERT's `num_to_predict`), at most the row."""
+    return min(max(1, round(mlm_probability * length)), length)
+
+
 class KeyedMaskingCollator:
     """BERT's masking, as `DataCollatorForLanguageModeling` does it (`mlm_probability` of the tokens that are not
     special, of which 80% become [MASK], 10% a random token and 10% stay), with the random numbers of each position
@@ -387,7 +393,7 @@ class KeyedMaskingCollator:
         length = input_ids.shape[1]
         draws, special = keyed_draws(keys, length, 0), torch.isin(input_ids, self.special_ids)  # (B, T), (B, T)
         if self.exact_count:
-            count = min(max(1, round(self.mlm_probability * length)), length)
+            count = masked_per_row(self.mlm_probability, length)
             chosen = torch.where(special, UNIT, draws).topk(count, dim=1, largest=False).indices  # (B, count)
             masked = torch.zeros_like(special).scatter_(1, chosen, True) & ~special  # (B, T)
         else:

@@ -9,7 +9,7 @@ or refused.
 - The run's settings are written to `checkpoints/run.json` when it starts and into every checkpoint it saves. A
   resume compares the checkpoint's with its own and names, in one line, every setting that differs, except those a
   resume may change (`MAY_CHANGE`): then the continued run is the run that was interrupted.
-- One writer: the main process holds a lock on `checkpoints/.lock` (`fcntl.flock`) for the run's life. A second run
+- One writer: the main process holds a lock on `checkpoints/.lock` (`fcntl.lockf`) for the run's life. A second run
   on the folder is refused with the first one's process id; the lock of a process that was killed goes with it,
   and the next run says it takes it over.
 

@@ -35,6 +35,7 @@ from sinusoidal_encoder_training.data.pipeline import (
     KeyedMaskingCollator,
     derive_seed,
     load_raw_datasets,
+    masked_per_row,
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
@@ -75,7 +76,7 @@ def exact_mask_count(config: PretrainingConfig) -> bool:
 def describe_masking(config: PretrainingConfig) -> str:
     """The masking, for the run's header and the model card: how many tokens and how they are chosen."""
     if exact_mask_count(config):
-        count = min(max(1, round(config.mlm_probability * config.max_seq_length)), config.max_seq_length)
+        count = masked_per_row(config.mlm_probability, config.max_seq_length)
         chosen = f"exactly {count} of each block's {config.max_seq_length} tokens"
     else:
         chosen = f"{config.mlm_probability:.0%} of tokens, each drawn on its own"
