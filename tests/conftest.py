@@ -27,13 +27,38 @@ if WORKER:
 
 import pytest  # noqa: E402  (after the environment that transformers reads at import)
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import sinusoidal_encoder as se  # noqa: E402
 
 if WORKER:
     torch.set_num_threads(1)
 
+aten = torch.ops.aten
+
 VOCAB_SIZE = 99
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the operators that make the host wait for the device where it is a GPU (`reads`): a value read
+    (`.item()`, `int()`), `nonzero`, `masked_select` and a boolean index, whose sizes only the device knows; and a
+    tensor made of host values (`torch.tensor`, `torch.as_tensor`), whose copy to the device waits for its queued work
+    (`aten.lift_fresh`). While `paused` it counts nothing (a caller's code it does not check)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+        self.paused = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        waits = func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default)
+        waits = waits or func is aten.lift_fresh.default
+        if func is aten.index.Tensor:
+            waits = any(index is not None and index.dtype == torch.bool for index in args[1])
+        if waits and not self.paused:
+            self.reads.append(func.__name__)
+        return func(*args, **kwargs)
 
 
 def tiny_config(**overrides) -> se.SinusoidalEncoderConfig:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,92 @@ def test_training_with_attention_dropout_runs_the_flash_kernel_on_packed_sequenc
         loss.backward()
     assert calls == [0.1] * config.num_hidden_layers and torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+class SyncWarnings:
+    """Within it, torch's CUDA sync debug mode warns at every call that makes the host wait for the GPU (a value
+    read, a copy from pageable memory, `nonzero`); `calls` counts them, except within what `unwatched` wraps."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __enter__(self):
+        self.caught = warnings.catch_warnings(record=True)
+        self.records = self.caught.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.set_sync_debug_mode("default")
+        self.calls += sum("synchronizing CUDA operation" in str(record.message) for record in self.records)
+        self.caught.__exit__(*exc)
+
+    def unwatched(self, function):
+        def call(*args, **kwargs):
+            torch.cuda.set_sync_debug_mode("default")
+            try:
+                return function(*args, **kwargs)
+            finally:
+                torch.cuda.set_sync_debug_mode("warn")
+
+        return call
+
+
+def test_the_training_loop_waits_for_the_gpu_only_at_logging_steps(tmp_path, monkeypatch):
+    """On a GPU the loop's own work in a step (the batches' copies from page-locked memory, the step's reduction,
+    the loss kept for its check, clipping, the fused AdamW, the scheduler) makes no call that waits for the GPU, so
+    the host queues the next step while the GPU runs this one; a logging step reads what it logs. The model's
+    forward and backward passes are left out (the padded batch's real tokens are found once a forward pass:
+    tests/model/test_model.py). The first step, with its one-time setup, is not checked."""
+    from accelerate.state import AcceleratorState
+
+    from sinusoidal_encoder_training.configs import TrainingConfig
+    from sinusoidal_encoder_training.runs import loop
+    from sinusoidal_encoder_training.runs.accelerator import make_accelerator
+    from sinusoidal_encoder_training.runs.optimization import make_optimizer
+
+    class Task(loop.TrainingTask):
+        def loss(self, model, batch, num_items_in_batch):
+            return model(**batch, num_items_in_batch=num_items_in_batch).loss
+
+        def loss_units(self, batch):
+            return (batch["labels"] != -100).sum()
+
+    config = TrainingConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_train_steps=6,
+        logging_steps=3,
+        mixed_precision="bf16",
+    )
+    ids = random_ids(24, 8)
+    rows = [{"input_ids": row, "labels": row.masked_fill(torch.arange(8) % 2 == 1, -100)} for row in ids]
+    try:
+        accelerator = make_accelerator(config)
+        model = se.SinusoidalEncoderForMaskedLM(tiny_config(num_hidden_layers=1)).to(accelerator.device)
+        optimizer = make_optimizer(model, config)
+        loader = torch.utils.data.DataLoader(rows, batch_size=2, pin_memory=True)
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        run = loop.start_run(accelerator, config, model, optimizer, loader, [], Task(), [])
+        watch = SyncWarnings()
+        monkeypatch.setattr(run.task, "loss", watch.unwatched(run.task.loss))
+        monkeypatch.setattr(accelerator, "backward", watch.unwatched(accelerator.backward))
+        windows = loop.step_windows(run, loader, streaming=False)
+        calls = []
+        for _ in range(config.max_train_steps):
+            with watch:
+                started, batches = next(windows)
+                loop.optimizer_step(run, batches)
+                loop.after_step(run, started)
+            calls.append(watch.calls)
+            watch.calls = 0
+        run.bar.close()
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert all(batch["input_ids"].is_cuda for batch in batches)
+    assert [calls[1], calls[3], calls[4]] == [0, 0, 0] and calls[2] > 0 and calls[5] > 0, calls
 
 
 def test_bf16_weights_save_and_load_on_cuda(tmp_path):

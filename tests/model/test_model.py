@@ -6,17 +6,14 @@ from itertools import pairwise
 
 import pytest
 import torch
-from conftest import VOCAB_SIZE, random_ids, tiny_config
+from conftest import VOCAB_SIZE, HostReads, random_ids, tiny_config
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AttentionInterface, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder import fast_paths
 from sinusoidal_encoder import modeling_sinusoidal_encoder as modeling
-
-aten = torch.ops.aten
 
 
 def torch_reference_encoder(model: se.SinusoidalEncoderModel) -> nn.TransformerEncoder:
@@ -481,24 +478,6 @@ def test_the_layers_take_packed_tokens_with_transformers_varlen_arguments(
     assert torch.equal(unpadded[real], out[0]) and unpadded[~real].abs().max() == 0
 
 
-class HostReads(TorchDispatchMode):
-    """Counts the operators that make the host wait for the device: a value read (`.item()`, `int()`), `nonzero`,
-    `masked_select` and a boolean index, whose sizes only the device knows."""
-
-    def __init__(self):
-        super().__init__()
-        self.reads = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        waits = func in (aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default)
-        if func is aten.index.Tensor:
-            waits = any(index is not None and index.dtype == torch.bool for index in args[1])
-        if waits:
-            self.reads.append(func.__name__)
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
 def test_the_packed_layers_never_wait_for_the_device(monkeypatch, attn_implementation):
     """The unpadded path laid out as a padded batch in each layer (GPUs where torch's varlen kernel does not run, as in
@@ -510,13 +489,14 @@ def test_the_packed_layers_never_wait_for_the_device(monkeypatch, attn_implement
     mask = torch.ones_like(ids)
     mask[1, 8:] = 0
     mask[2, 5:] = 0
+    labels = torch.tensor([0, 1, 2])
     reads = {}
     for layers in (1, 4):
         config = tiny_config(num_hidden_layers=layers, num_labels=3)
         model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
         model.train()
         with HostReads() as watch:
-            model(ids, attention_mask=mask, labels=torch.tensor([0, 1, 2])).loss.backward()
+            model(ids, attention_mask=mask, labels=labels).loss.backward()
         reads[layers] = watch.reads
     assert reads[1] == reads[4] and len(reads[4]) == 3, reads
 

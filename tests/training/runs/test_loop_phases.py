@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from conftest import random_ids, tiny_config
+from conftest import HostReads, random_ids, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.cli.command_line import Terminated, UsageError
@@ -167,6 +167,84 @@ def test_optimizer_step_is_one_step_of_the_mean_over_every_micro_batch(tmp_path)
     assert (run.window.units.item(), run.window.tokens.item(), run.pending_tokens.item()) == (units, 32, 32)
     assert run.progress.tokens_seen == 0  # the device is read at a logging, evaluation or checkpoint step only
     run.bar.close()
+
+
+def test_steps_between_logging_steps_never_wait_for_the_device(tmp_path, monkeypatch):
+    """The loop's own work in a step (the step's reduction of its units, tokens, stop requests and loss; the loss
+    kept for its finiteness check; accumulation, clipping, the optimizer and the scheduler) neither reads the device
+    nor copies host values to it, so that on a GPU the host queues the next step while the device runs this one; a
+    logging step reads what it logs. The model's forward and backward passes are left out (tests/model counts
+    theirs)."""
+    run, train_loader = start(
+        tmp_path, n_batches=12, max_train_steps=6, logging_steps=3, gradient_accumulation_steps=2
+    )
+    watch = HostReads()
+
+    def unwatched(function):
+        def call(*args, **kwargs):
+            watch.paused = True
+            try:
+                return function(*args, **kwargs)
+            finally:
+                watch.paused = False
+
+        return call
+
+    monkeypatch.setattr(run.task, "loss", unwatched(run.task.loss))
+    monkeypatch.setattr(run.accelerator, "backward", unwatched(run.accelerator.backward))
+    windows = loop.step_windows(run, train_loader, streaming=False)
+    reads = []
+    for _ in range(6):
+        started, batches = next(windows)
+        with watch:
+            loop.optimizer_step(run, batches)
+            loop.after_step(run, started)
+        reads.append(watch.reads)
+        watch.reads = []
+    run.bar.close()
+    assert run.config.max_grad_norm > 0  # clipping among the step's work
+    assert [len(step) for step in reads][:2] == [0, 0] and reads[3:5] == [[], []], reads
+    assert reads[2] and reads[5], reads  # logging steps: the loss, tokens and the finiteness check read
+
+
+def every_task_and_a_batch():
+    """One task of each kind the loop trains, a training batch of its shape (2 rows of 5 tokens, the second one
+    padded after 3 where the task's collator pads), and the batch's loss units and real tokens."""
+    from sinusoidal_encoder_training.stages.pretraining import MaskedLMTask
+    from sinusoidal_encoder_training.tasks.classification.recipe import ClassificationTask
+    from sinusoidal_encoder_training.tasks.multiple_choice.recipe import MultipleChoiceTask
+    from sinusoidal_encoder_training.tasks.question_answering.recipe import QuestionAnsweringTask
+    from sinusoidal_encoder_training.tasks.span_classification.recipe import SpanClassificationTask
+
+    ids, mask = random_ids(2, 5), torch.ones(2, 5, dtype=torch.long)
+    mask[1, 3:] = 0
+    tagged = torch.full((2, 5), -100).index_fill(1, torch.tensor([1, 2]), 1)  # 2 labelled tokens a row
+    padded = {"input_ids": ids, "attention_mask": mask}
+    generator = torch.Generator()
+    yield MaskedLMTask(generator, None, 0, None), {"input_ids": ids, "labels": tagged}, 4, 10  # whole blocks
+    for problem, labels, units in [
+        ("single_label_classification", torch.tensor([0, 2]), 2),
+        ("multi_label_classification", torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]]), 6),
+        ("regression", torch.tensor([0.5, -1.0]), 2),
+        ("token_classification", tagged, 4),
+    ]:
+        yield ClassificationTask(0, problem, None, generator), {**padded, "labels": labels}, units, 8
+    choices = {key: value[:, None].expand(2, 4, 5) for key, value in padded.items()}  # (B, 4 choices, T)
+    yield MultipleChoiceTask(0, generator), {**choices, "labels": torch.tensor([3, 0])}, 2, 32
+    positions = {"start_positions": torch.tensor([1, 0]), "end_positions": torch.tensor([2, 0])}
+    yield QuestionAnsweringTask(0, generator, None, None), {**padded, **positions}, 2, 8
+    yield SpanClassificationTask(0, generator), {**padded, "labels": tagged}, 4, 8
+
+
+def test_every_tasks_units_and_tokens_are_counted_on_the_device():
+    """What the loop asks of a task at every micro-batch, its loss units and real tokens, is computed where the
+    batch is, never built from host values (on a GPU, a copy that waits for the device): for every task the loop
+    trains."""
+    for task, batch, units, tokens in every_task_and_a_batch():
+        with HostReads() as watch:
+            counted = task.loss_units(batch), task.tokens(batch)
+        assert watch.reads == [], (type(task).__name__, watch.reads)
+        assert [int(count) for count in counted] == [units, tokens] and counted[0].dim() == counted[1].dim() == 0
 
 
 def test_after_step_logs_evaluates_and_saves_on_their_steps(tmp_path, capsys):

@@ -33,7 +33,8 @@ class LossWatch:
         if step <= self.seen:
             return
         if self.tracked is None:
-            self.tracked = torch.tensor([-1.0, 0.0, -1.0, 0.0], dtype=torch.float64, device=loss.device)
+            self.tracked = torch.zeros(4, dtype=torch.float64, device=loss.device)  # made there: no copy, no wait
+            self.tracked[0::2].fill_(-1.0)  # no step yet
         finite, clean = torch.isfinite(loss), self.tracked[0] < 0  # clean: no bad step before this one
         first_bad, good = clean & ~finite, clean & finite
         self.tracked = torch.stack(

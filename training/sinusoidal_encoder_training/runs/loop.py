@@ -71,6 +71,12 @@ class StageResult:
     max_train_steps: int
 
 
+def on_device(value: float, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A number the host knows as a scalar tensor on `device`, filled there: `torch.tensor(value, device=...)` copies
+    from the host, a copy that waits for the device's queued work, every step."""
+    return torch.full((), value, dtype=dtype, device=device)
+
+
 class TrainingTask:
     """What the shared loop needs to know about a task. Subclasses implement the three methods."""
 
@@ -105,7 +111,7 @@ class TrainingTask:
         """Real tokens in a batch, for tokens/s and tokens seen: a scalar on the batch's device."""
         mask = batch.get("attention_mask")
         ids = batch["input_ids"]
-        return mask.sum() if mask is not None else torch.tensor(ids.numel(), device=ids.device)
+        return mask.sum() if mask is not None else on_device(ids.numel(), ids.device)
 
 
 def train(
@@ -382,7 +388,7 @@ def step_reduction(run: Run, batches: list[dict[str, torch.Tensor]]) -> tuple[to
         [
             sum(run.task.loss_units(b) for b in batches).to(device, torch.float64),
             sum(run.task.tokens(b) for b in batches).to(device, torch.float64),
-            torch.tensor(float(run.stop.requested), dtype=torch.float64, device=device),
+            on_device(float(run.stop.requested), device, torch.float64),
             run.step_loss,
         ]
     )
@@ -453,7 +459,7 @@ def stop_if_requested(run: Run, agreed: bool) -> None:
     step, the step completed is saved unless it is already (when the run saves checkpoints), and the run stops with
     `interruption_line` (`Interrupted`, or `Terminated` for SIGTERM). Otherwise nothing."""
     if not agreed:  # a request during the last step, after its reduction
-        requests = torch.tensor(float(run.stop.requested), dtype=torch.float64, device=run.accelerator.device)
+        requests = on_device(float(run.stop.requested), run.accelerator.device, torch.float64)
         agreed = bool(run.accelerator.reduce(requests, reduction="sum").item())
     if not agreed:
         return

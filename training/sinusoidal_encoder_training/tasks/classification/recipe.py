@@ -22,7 +22,7 @@ from sinusoidal_encoder_training.evaluation.metrics import (
     regression_scores,
 )
 from sinusoidal_encoder_training.runs.even_batches import real_examples
-from sinusoidal_encoder_training.runs.loop import TrainingTask
+from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
 from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs, plan_head
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
@@ -208,7 +208,7 @@ class ClassificationTask(TrainingTask):
         classification and one-output regression, one per label for multi-label)."""
         if self.problem == "token_classification":
             return (batch["labels"] != -100).sum()
-        return torch.tensor(batch["labels"].numel(), device=batch["labels"].device)
+        return on_device(batch["labels"].numel(), batch["labels"].device)
 
     def loss(self, model, batch, num_items_in_batch):
         """The head's own loss: summed over the batch's units, divided by `num_items_in_batch`."""

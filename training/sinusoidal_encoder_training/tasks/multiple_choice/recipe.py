@@ -17,7 +17,7 @@ from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator, derive_seed
 from sinusoidal_encoder_training.runs.even_batches import real_examples
-from sinusoidal_encoder_training.runs.loop import TrainingTask
+from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
 from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs
 
 CONTEXT, START = "sent1", "sent2"
@@ -85,7 +85,7 @@ class MultipleChoiceTask(TrainingTask):
         self.generator.manual_seed(derive_seed(self.seed, "data", epoch))
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.tensor(batch["labels"].numel(), device=batch["labels"].device)
+        return on_device(batch["labels"].numel(), batch["labels"].device)
 
     def loss(self, model, batch, num_items_in_batch):
         return model(**model_inputs(batch), num_items_in_batch=num_items_in_batch).loss
@@ -105,7 +105,9 @@ class MultipleChoiceTask(TrainingTask):
                 kept = {key: value[:real] for key, value in batch.items()}
                 loss_sum = self.loss(model, kept, real) * real if real else torch.zeros_like(loss_sum)
             right = (outputs.logits[:real].argmax(-1) == batch["labels"][:real]).sum()
-            totals += torch.stack([loss_sum.double(), torch.tensor(float(real), device=totals.device), right.double()])
+            totals += torch.stack(
+                [loss_sum.double(), on_device(float(real), totals.device, totals.dtype), right.double()]
+            )
         loss, rows, right = accelerator.reduce(totals, reduction="sum").tolist()
         model.train()
         return {"eval_loss": loss / max(rows, 1.0), "eval_accuracy": right / max(rows, 1.0)}

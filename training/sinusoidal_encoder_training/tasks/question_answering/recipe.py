@@ -20,7 +20,7 @@ from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator, derive_seed
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.runs.even_batches import real_examples
-from sinusoidal_encoder_training.runs.loop import TrainingTask
+from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
 from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts
 
 QUESTION, CONTEXT, ANSWERS = "question", "context", "answers"
@@ -121,7 +121,7 @@ class QuestionAnsweringTask(TrainingTask):
         self.generator.manual_seed(derive_seed(self.seed, "data", epoch))
 
     def loss_units(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.tensor(batch["start_positions"].numel(), device=batch["start_positions"].device)
+        return on_device(batch["start_positions"].numel(), batch["start_positions"].device)
 
     def loss(self, model, batch, num_items_in_batch):
         inputs = {name: batch[name] for name in INPUTS}
@@ -142,7 +142,7 @@ class QuestionAnsweringTask(TrainingTask):
             if real < count:  # the last batch: the loss of its real windows alone
                 kept = {name: batch[name][:real] for name in INPUTS}
                 loss_sum = self.loss(model, kept, real) * real if real else torch.zeros_like(loss_sum)
-            totals += torch.stack([loss_sum.double(), torch.tensor(float(real), device=totals.device)])
+            totals += torch.stack([loss_sum.double(), on_device(float(real), totals.device, totals.dtype)])
             logits = torch.stack([outputs.start_logits, outputs.end_logits], dim=1)  # (B, 2, T)
             logits = accelerator.pad_across_processes(logits, dim=2, pad_index=-1e4)
             gathered = accelerator.gather_for_metrics(logits).float().cpu().numpy()  # (B', 2, T')
