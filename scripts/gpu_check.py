@@ -317,17 +317,17 @@ def summary_markdown(summary: dict) -> str:
 
 # the loop-against-step cells (benchmarks/loop_against_step/run.py), in the order they run: task, size, steps, time
 # limit in seconds, the torch.compile mode (None: eager) and further arguments. The small model first (whose loop fed
-# the GPU at a fifth of its step's speed), eager then compiled, then base. The small model's fine-tuning step is also
-# timed in the padded layout and without attention dropout, and profiled (it took 82 ms for 256 rows of 16-128 tokens
-# on an H100, 2026-11-28, when dropout laid the packed tokens out as a padded batch in each layer; on an H200 with the
-# flash kernel's dropout the loop kept 0.63 of it); `--profile` also gives the loop's main process by function, as
-# for the CUDA-graph pretraining loop (0.64 of its step on that H200). Compiled: the small model in reduce-overhead
-# (CUDA graphs) where its shapes are static (pretraining's whole blocks, masks counted exactly), else in the default
-# mode (fine-tuning pads each batch to its longest row: CUDA graphs would be recorded anew for every length).
-# A compiled cell compiles the bare step and the loop from nothing, hence its longer limit. The cells share
-# --loop_budget: each runs under what is left of it (at most its own limit), and those that find less than
+# the GPU at a fifth of its step's speed), eager then compiled, then base. The small model's fine-tuning loop kept
+# 0.63 of its step on an H200 (2026-11-28; the step's padded layout and attention without dropout, timed there, were
+# slower), so its step is also timed over 8 batches in turn (the loop's batches change their real tokens from one
+# to the next; the bare step repeats one), and profiled; `--profile` also gives the loop's main process by
+# function, as for the CUDA-graph pretraining loop (0.64 of its step on that H200). Compiled: the small model in
+# reduce-overhead (CUDA graphs) where its shapes are static (pretraining's whole blocks, masks counted exactly),
+# else in the default mode (fine-tuning pads each batch to its longest row: CUDA graphs would be recorded anew for
+# every length). A compiled cell compiles the bare step and the loop from nothing, hence its longer limit. The cells
+# share --loop_budget: each runs under what is left of it (at most its own limit), and those that find less than
 # LEAST_CELL_SECONDS left are reported as not run.
-WHERE_THE_STEP_GOES = ("--step_variants", "unpad_inputs=False", "attention_probs_dropout_prob=0", "--profile")
+WHERE_THE_STEP_GOES = ("--step_batches", "8", "--profile")
 LOOP_CELLS = (
     ("pretraining", "small", 300, 200, None, ()),
     ("finetuning", "small", 300, 200, None, WHERE_THE_STEP_GOES),

@@ -5,6 +5,7 @@
         --steps 20 --output_dir outputs/loop                           # a CPU check at the smallest model
     python -m benchmarks.loop_against_step.run --torch_compile --torch_compile_mode reduce-overhead  # CUDA graphs
     python -m benchmarks.loop_against_step.run --task finetuning --step_variants unpad_inputs=False --profile
+    python -m benchmarks.loop_against_step.run --task finetuning --step_batches 8  # the step over changing shapes
 
 The loop is `pretraining.pretrain()` itself, in this process: the package's data pipeline (a packed `datasets`
 corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of the device), accelerate, the loop,
@@ -24,10 +25,12 @@ the graphs inductor could not run as CUDA graphs (`reduce-overhead`, `max-autotu
 
 Where the step's own time goes: `--step_variants` times the bare step again with other model settings (each a
 `--config_overrides` text, e.g. `unpad_inputs=False` for the padded layout, `attention_probs_dropout_prob=0` for
-attention without dropout), and `--profile` adds the profiler's table of its operators (by their own
-time on the device, or on the CPU without a GPU) over a few steps. Where the loop's time goes beyond the step's:
-`--profile` also runs the loop a few more steps under cProfile (left out of its figures) and adds the table of its
-main process's functions by time per step (the host's waits for the device among them).
+attention without dropout), `--step_batches N` times it cycling through N batches drawn alike (the shapes that
+change from one of the loop's batches to the next: what the fixed batch does not pay), and `--profile` adds the
+profiler's table of its operators (by their own time on the device, or on the CPU without a GPU) over a few steps.
+Where the loop's time goes beyond the step's: `--profile` also runs the loop a few more steps under cProfile (left
+out of its figures) and adds the table of its main process's functions by time per step (the host's waits for the
+device among them).
 
 Targets (issue "Feed the GPU"): on a GPU at least 0.85 at `small` and 0.95 at `base`; on a CPU, where the step
 dominates, 1.00 within the noise. The report says met or missed; nothing asserts a time.
@@ -235,12 +238,16 @@ def host_table(host: cProfile.Profile, steps: int) -> str:
     return "\n".join(lines)
 
 
-def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: bool = False) -> dict:
+def step_speed(
+    args: argparse.Namespace, overrides: str | None = None, profile: bool = False, distinct: int = 1
+) -> dict:
     """The bare step's tokens/s: the median over `--repeats` timed groups of steps on one fixed batch (a masked-LM
-    batch, or for fine-tuning a padded classification batch: its real tokens counted); the tokens/s of each group;
-    the seconds of its first `logging_steps` steps (the loop's first logging window: warm-up and compilation) and
-    of as many steady ones. `overrides` (a `--config_overrides` text) changes the model's settings after
-    `--config_overrides`; with `profile`, the profiler's table of a few more steps' operators."""
+    batch, or for fine-tuning a padded classification batch: its real tokens counted), or cycling through `distinct`
+    batches drawn alike (the shapes that change from batch to batch in a loop: fine-tuning's real tokens and longest
+    row, the masked tokens of masks drawn per token); the tokens/s of each group; the seconds of its first
+    `logging_steps` steps (the loop's first logging window: warm-up and compilation) and of as many steady ones.
+    `overrides` (a `--config_overrides` text) changes the model's settings after `--config_overrides`; with
+    `profile`, the profiler's table of a few more steps' operators."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
     from accelerate.utils import TorchDynamoPlugin
@@ -248,14 +255,13 @@ def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: 
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
     from sinusoidal_encoder_training.configs import PretrainingConfig
-    from sinusoidal_encoder_training.data.pipeline import KeyedMaskingCollator
     from sinusoidal_encoder_training.runs.compilation import (
         compile_once_per_mode,
         mark_cuda_graph_step,
         uses_cuda_graphs,
     )
     from sinusoidal_encoder_training.runs.optimization import make_optimizer
-    from sinusoidal_encoder_training.stages.pretraining import build_model, exact_mask_count
+    from sinusoidal_encoder_training.stages.pretraining import build_model
 
     AcceleratorState._reset_state(reset_partial_state=True)  # the loop's accelerate state is not this one's
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
@@ -275,48 +281,58 @@ def step_speed(args: argparse.Namespace, overrides: str | None = None, profile: 
         compile_once_per_mode()
     accelerator = Accelerator(mixed_precision=args.mixed_precision, dynamo_plugin=plugin)
     model = build_model(config, tokenizer)
-    if args.task == "finetuning":  # a padded batch of classification rows, as fine-tuning's collator makes it
-        model, inputs, mask, labels, items, tokens = classification_step(args, tokenizer, model)
-    else:  # a masked-LM batch of whole blocks
-        ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=torch.Generator())
-        masking = KeyedMaskingCollator(tokenizer, 0.15, seed=0, exact_count=exact_mask_count(config))  # as the loop's
-        batch = masking({"input_ids": ids, "example_id": torch.arange(len(ids))})
-        inputs, labels, mask, tokens = batch["input_ids"], batch["labels"], None, ids.numel()
-        items = (labels != -100).sum().float()
+    generator = torch.Generator().manual_seed(0)
+    if args.task == "finetuning":  # padded batches of classification rows, as fine-tuning's collator makes them
+        model = classification_model(model)
+        batches = [classification_batch(args, tokenizer, generator) for _ in range(distinct)]
+    else:  # masked-LM batches of whole blocks
+        batches = [masked_lm_batch(args, tokenizer, config, generator) for _ in range(distinct)]
     optimizer = make_optimizer(model, config)
     model, optimizer = accelerator.prepare(model, optimizer)
     cuda_graphs = uses_cuda_graphs(config)
     device = accelerator.device
-    inputs, labels, items = inputs.to(device), labels.to(device), items.to(device)
-    mask = None if mask is None else mask.to(device)
+    batches = [
+        {key: value.to(device) if torch.is_tensor(value) else value for key, value in batch.items()}
+        for batch in batches
+    ]
+    done = [0]  # steps so far: the next one's batch
 
-    def steps(count: int) -> float:
+    def steps(count: int) -> tuple[float, int]:
+        """`count` steps: their seconds and real tokens."""
         synchronize(accelerator.device)
-        start = time.perf_counter()
+        start, tokens = time.perf_counter(), 0
         for _ in range(count):
+            batch = batches[done[0] % len(batches)]
+            done[0] += 1
             if cuda_graphs:  # as the loop does before each forward
                 mark_cuda_graph_step()
             with accelerator.autocast():
-                loss = model(input_ids=inputs, attention_mask=mask, labels=labels, num_items_in_batch=items).loss
+                loss = model(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    labels=batch["labels"],
+                    num_items_in_batch=batch["items"],
+                ).loss
             accelerator.backward(loss)
             optimizer.step()
             optimizer.zero_grad()
+            tokens += batch["tokens"]
         synchronize(accelerator.device)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, tokens
 
     model.train()
     window = config.logging_steps  # the loop's logging window (WINDOW_STEPS): its first one holds the warm-up
-    first = steps(window)
+    first = steps(window)[0]
     group = max(1, args.steps // args.repeats)
     timed = [steps(group) for _ in range(args.repeats)]
     table = operator_table(steps, device) if profile else None
     AcceleratorState._reset_state(reset_partial_state=True)
-    speeds = [group * tokens / seconds for seconds in timed]
+    speeds = [tokens / seconds for seconds, tokens in timed]
     return {
         "tokens_per_second": statistics.median(speeds),
         "repeats": speeds,
         "first_window_seconds": first,
-        "steady_window_seconds": window * statistics.median(seconds / group for seconds in timed),
+        "steady_window_seconds": window * statistics.median(seconds / group for seconds, _ in timed),
         "profile": table,
     }
 
@@ -326,7 +342,7 @@ def joined_overrides(*overrides: str | None) -> str | None:
     return ",".join(text for text in overrides if text) or None
 
 
-def operator_table(steps: typing.Callable[[int], float], device: torch.device) -> str:
+def operator_table(steps: typing.Callable[[int], tuple[float, int]], device: torch.device) -> str:
     """The profiler's table of the operators of `PROFILE_STEPS` bare steps (`steps(count)` runs them), the
     `PROFILE_ROWS` first by their own time on the device (on the CPU without a GPU)."""
     from torch.profiler import ProfilerActivity, profile
@@ -340,17 +356,20 @@ def operator_table(steps: typing.Callable[[int], float], device: torch.device) -
     return "\n".join(line.rstrip() for line in table.strip("\n").splitlines())
 
 
-def classification_step(args, tokenizer, pretrained):
-    """The fine-tuning step's model (a sequence classifier of 6 labels on the encoder of `pretrained`), a batch of
-    rows of 16 to `--length` tokens padded as `PaddingCollator` pads them, its labels, their count and the real
-    tokens."""
+def classification_model(pretrained):
+    """The fine-tuning step's model: a sequence classifier of 6 labels on the encoder of `pretrained`."""
     import sinusoidal_encoder as se
-    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
 
     model_config = copy.deepcopy(pretrained.config)
     model_config.num_labels = 6  # (new label names too)
-    model = se.SinusoidalEncoderForSequenceClassification(model_config)
-    generator = torch.Generator().manual_seed(0)
+    return se.SinusoidalEncoderForSequenceClassification(model_config)
+
+
+def classification_batch(args, tokenizer, generator: torch.Generator) -> dict:
+    """`--batch_size` rows of 16 to `--length` tokens padded as `PaddingCollator` pads them (`input_ids`,
+    `attention_mask`), their labels, their count (`items`) and the real tokens (`tokens`)."""
+    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
+
     lengths = torch.randint(16, args.length + 1, (args.batch_size,), generator=generator).tolist()
     rows = [
         {"input_ids": torch.randint(5, len(tokenizer), (n,), generator=generator).tolist(), "attention_mask": [1] * n}
@@ -359,7 +378,28 @@ def classification_step(args, tokenizer, pretrained):
     batch = PaddingCollator(tokenizer)(rows)
     labels = torch.randint(0, 6, (args.batch_size,), generator=generator)
     items = torch.tensor(float(args.batch_size))
-    return model, batch["input_ids"], batch["attention_mask"], labels, items, sum(lengths)
+    return {**batch, "labels": labels, "items": items, "tokens": sum(lengths)}
+
+
+def masked_lm_batch(args, tokenizer, config, generator: torch.Generator) -> dict:
+    """A masked-LM batch of `--batch_size` whole blocks of `--length` tokens, masked as the loop masks them
+    (`KeyedMaskingCollator`, its count of masked tokens as the run's: `exact_mask_count`), no attention mask, the
+    masked tokens' count (`items`) and the tokens (`tokens`)."""
+    from sinusoidal_encoder_training.data.pipeline import KeyedMaskingCollator
+    from sinusoidal_encoder_training.stages.pretraining import exact_mask_count
+
+    ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=generator)
+    seed = int(torch.randint(0, 2**31 - 1, (), generator=generator))
+    masking = KeyedMaskingCollator(tokenizer, 0.15, seed=seed, exact_count=exact_mask_count(config))
+    batch = masking({"input_ids": ids, "example_id": torch.arange(len(ids))})
+    items = (batch["labels"] != -100).sum().float()
+    return {
+        "input_ids": batch["input_ids"],
+        "attention_mask": None,
+        "labels": batch["labels"],
+        "items": items,
+        "tokens": ids.numel(),
+    }
 
 
 def synchronize(device: torch.device) -> None:
@@ -381,6 +421,10 @@ def measure(args: argparse.Namespace) -> dict:
             for overrides in args.step_variants:
                 torch._dynamo.reset()
                 variants.append({"overrides": overrides, **step_speed(args, overrides)})
+            distinct = None
+            if args.step_batches > 1:
+                torch._dynamo.reset()
+                distinct = step_speed(args, distinct=args.step_batches)
             torch._dynamo.reset()  # the loop's model compiles anew, not from the bare step's graphs
             loop = loop_speed(args, folder)
     finally:
@@ -419,6 +463,16 @@ def measure(args: argparse.Namespace) -> dict:
             }
             for variant in variants
         ],
+        "step_batches": args.step_batches,
+        "step_over_batches": None
+        if distinct is None
+        else {
+            "tokens_per_second": distinct["tokens_per_second"],
+            "repeats": distinct["repeats"],
+            "first_window_seconds": distinct["first_window_seconds"],
+            "steady_window_seconds": distinct["steady_window_seconds"],
+            "against_step": distinct["tokens_per_second"] / step["tokens_per_second"],
+        },
         "loop_tokens_per_second": loop["tokens_per_second"],
         "loop_windows": loop["windows"],
         "loop_window_seconds": loop["window_seconds"],
@@ -463,6 +517,13 @@ def report(result: dict) -> str:
             f"({variant['against_step']:.2f} of the step) | {variant['first_window_seconds']:.2f} s "
             f"| {variant['steady_window_seconds']:.2f} s |"
             for variant in result["step_variants"]
+        ),
+        *(
+            f"| the bare step over {result['step_batches']} batches in turn | {over['tokens_per_second']:,.0f} "
+            f"({over['against_step']:.2f} of the step) | {over['first_window_seconds']:.2f} s "
+            f"| {over['steady_window_seconds']:.2f} s |"
+            for over in [result.get("step_over_batches")]
+            if over
         ),
         "",
         f"The loop keeps {result['ratio']:.2f} of the step's speed; target {result['target']:.2f}: **{verdict}**.",
@@ -546,6 +607,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--config_overrides), e.g. unpad_inputs=False.",
     )
     parser.add_argument(
+        "--step_batches",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Also time the bare step cycling through N batches drawn alike (N > 1): the shapes that change from "
+        "one of the loop's batches to the next (fine-tuning's real tokens and longest row, masks drawn per token), "
+        "against the one fixed batch.",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="Add the profiler's table of the bare step's operators and cProfile's of the loop's main process over "
@@ -561,7 +631,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ]:
         if problem := overrides_problem(args.size, joined_overrides(args.config_overrides, overrides)):
             parser.exit(2, f"{parser.prog}: error: {flag} {overrides!r}: {problem}\n")
-    for name in ("batch_size", "steps", "repeats"):
+    for name in ("batch_size", "steps", "repeats", "step_batches"):
         if getattr(args, name) < 1:
             parser.exit(2, f"{parser.prog}: error: --{name} must be a positive integer, got {getattr(args, name)}.\n")
     if args.length < 8:

@@ -5,6 +5,7 @@ is one line. Mechanics only: no time is asserted."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -42,26 +43,40 @@ def test_a_tiny_run_writes_both_speeds_the_ratio_and_the_verdict(tmp_path, task)
     assert result["task"] == task and not result["torch_compile"] and result["loop_graphs"] is None
     assert ", eager (`python -m" in text and "graph(s)" not in text and "CUDA" not in text
     assert result["step_variants"] == [] and result["step_profile"] is None and "```" not in text
+    assert result["step_over_batches"] is None and "batches in turn" not in text
 
 
 @pytest.mark.slow
 def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, monkeypatch):
     """`--step_variants` times the bare step again with each model setting (applied after `--config_overrides`,
-    to the model that steps), and `--profile` adds the operators' table of the bare step to the report."""
+    to the model that steps), `--step_batches` once more over that many batches drawn alike, and `--profile` adds
+    the operators' table of the bare step to the report."""
     from sinusoidal_encoder_training.stages import pretraining
 
-    built = []
-    real_build = pretraining.build_model
+    built, drawn = [], []
+    real_build, real_batch = pretraining.build_model, loop_against_step.classification_batch
 
     def build_model(config, tokenizer):
         built.append(config.config_overrides)
         return real_build(config, tokenizer)
 
+    def classification_batch(*args):
+        drawn.append(real_batch(*args))
+        return drawn[-1]
+
     monkeypatch.setattr(pretraining, "build_model", build_model)
+    monkeypatch.setattr(loop_against_step, "classification_batch", classification_batch)
     variants = ["unpad_inputs=False", "attention_probs_dropout_prob=0"]
-    argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--profile"]
+    argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--profile", "--step_batches", "3"]
     result = loop_against_step.main([*argv, "--step_variants", *variants])
     text = check_record(tmp_path, result)
+    assert len(drawn) == 1 + 2 + 3  # the step's, the variants', 3 in turn: each drawn anew
+    assert not any(torch.equal(a["input_ids"], b["input_ids"]) for a, b in pairwise(drawn[3:]))
+    over = result["step_over_batches"]
+    assert result["step_batches"] == 3 and over["against_step"] == pytest.approx(
+        over["tokens_per_second"] / result["step_tokens_per_second"]
+    )
+    assert f"| the bare step over 3 batches in turn | {over['tokens_per_second']:,.0f} (" in text
     assert [variant["overrides"] for variant in result["step_variants"]] == variants
     assert built[1:3] == [f"hidden_size=8,intermediate_size=16,{variant}" for variant in variants]  # after the step
     for variant in result["step_variants"]:
@@ -140,6 +155,7 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
     [
         (["--steps", "10"], "--steps must be at least 20"),
         (["--batch_size", "0"], "--batch_size must be a positive"),
+        (["--step_batches", "0"], "--step_batches must be a positive integer, got 0"),
         (["--torch_compile_mode", "reduce-overhead"], "--torch_compile_mode reduce-overhead needs --torch_compile"),
         (["--step_variants", "unpad=False"], "--step_variants 'unpad=False': the config has no field 'unpad'."),
         (["--config_overrides", "hidden_size"], "--config_overrides 'hidden_size': 'hidden_size' is not of the form"),

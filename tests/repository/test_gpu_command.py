@@ -247,12 +247,9 @@ def test_the_loop_cells_cover_both_tasks_and_sizes_eager_and_compiled_and_the_su
     assert text.count("## The loop against the step: ") == len(runs)
     assert "## The loop against the step: pretraining, small, compiled (reduce-overhead), 300 steps (12 s)" in text
     assert "## The loop against the step: finetuning, base, eager, 60 steps (12 s)\n\nThe report of" in text
-    # the small model's fine-tuning step timed in other layouts and profiled (it ran far slower than pretraining's)
+    # the small model's fine-tuning step also timed over 8 batches in turn, and profiled (its loop kept 0.63 of it)
     finetuning_small = next(c for c, _ in runs if "finetuning" in c and "small" in c and "--torch_compile" not in c)
-    assert finetuning_small[finetuning_small.index("--step_variants") + 1 :][:2] == [
-        "unpad_inputs=False",
-        "attention_probs_dropout_prob=0",
-    ]
+    assert finetuning_small[finetuning_small.index("--step_batches") + 1] == "8"
     # ... and the small model's CUDA-graph pretraining loop profiled (0.64 of its step on an H200)
     profiled = {
         (c[c.index("--task") + 1], c[c.index("--size") + 1], "--torch_compile" in c)
