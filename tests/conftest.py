@@ -15,8 +15,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist (`scripts/test.sh` runs two): "gw0", "gw1", ...
 # a scratch folder of this process, removed when it ends: the temporary folder of the processes the tests start (what
-# they leave, such as torch's `torchelastic_*` launch logs, goes with it)
-SCRATCH = tempfile.mkdtemp(prefix=f"sinusoidal-encoder-tests-{WORKER or 'main'}-")
+# they leave, such as torch's `torchelastic_*` launch logs, goes with it). Made in the machine's temporary folder, as
+# pytest-xdist's workers' are beside their controller's, not in it: a nested path left too little room for the Unix
+# sockets through which DataLoader workers hand their batches over (runs/accelerator.py, `check_worker_handover`)
+TEMPORARY_ROOT = os.environ.setdefault("SINUSOIDAL_ENCODER_TESTS_TEMPORARY_ROOT", tempfile.gettempdir())
+SCRATCH = tempfile.mkdtemp(prefix=f"sinusoidal-encoder-tests-{WORKER or 'main'}-", dir=TEMPORARY_ROOT)
 atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 os.environ["TMPDIR"] = SCRATCH
 if WORKER:

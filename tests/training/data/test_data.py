@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
+from pathlib import Path
 
 import datasets
 import pytest
@@ -291,6 +293,44 @@ def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     assert loader_settings(settings(None)) == expected
     assert loader_settings(settings(3)) == {"num_workers": 3, "pin_memory": True, "persistent_workers": True}
     assert loader_settings(settings(3, persistent=False))["persistent_workers"] is False
+
+
+@pytest.mark.parametrize("too_long", [True, False])
+def test_workers_that_could_not_hand_their_batches_over_are_refused_in_one_line(tmp_path, monkeypatch, too_long):
+    """DataLoader workers pass a batch's tensors over a Unix socket in the temporary folder: under a folder whose
+    path leaves too little room for the socket's (Python's own listener fails there; in a worker, its queue thread
+    dropped the batch and the run waited forever), a run with workers is refused before it starts, in one line that
+    names TMPDIR and the way out; without workers, or where the socket's path fits (/tmp), nothing is said."""
+    from multiprocessing import process
+    from multiprocessing.connection import Listener
+
+    from sinusoidal_encoder_training.configs import TrainingConfig
+    from sinusoidal_encoder_training.runs.accelerator import check_worker_handover
+
+    if too_long:
+        folder = tmp_path / ("t" * 80)
+        folder.mkdir()
+    else:
+        folder = Path("/tmp")
+        if not folder.is_dir():
+            pytest.skip("no /tmp here")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setitem(process.current_process()._config, "tempdir", None)  # multiprocessing's own, made anew
+    with_workers = TrainingConfig(output_dir=str(tmp_path / "out"), dataloader_num_workers=2)
+    check_worker_handover(TrainingConfig(output_dir=str(tmp_path / "out"), dataloader_num_workers=0))
+    try:
+        Listener(family="AF_UNIX").close()  # its socket's path: the folder, pymp-XXXXXXXX, listener-XXXXXXXX
+    except OSError as error:
+        assert too_long and "too long" in str(error), error
+        with pytest.raises(UsageError) as refused:
+            check_worker_handover(with_workers)
+        line = str(refused.value)
+        expected = len(str(folder)) + len("/pymp-12345678/listener-12345678")
+        assert f"under TMPDIR={folder} its path would be {expected} characters, over the 107" in line
+        assert line.endswith("set TMPDIR to a shorter folder (such as /tmp), or pass --dataloader_num_workers 0.")
+    else:
+        assert not too_long
+        check_worker_handover(with_workers)  # (multiprocessing removes its folder at exit)
 
 
 def test_indices_tagged_with_their_epoch_carry_it_to_the_masks(tokenizer):

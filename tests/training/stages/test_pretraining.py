@@ -363,7 +363,9 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
 def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     """SIGKILL a run (gradient accumulation, dropout, several epochs, a sequence-length warmup whose second phase
     the kill interrupts) after a checkpoint; resuming with `--resume_from_checkpoint latest` ends with exactly the
-    weights of the uninterrupted run."""
+    weights of the uninterrupted run. The killed run and its resumption read their batches through two DataLoader
+    workers kept from one epoch to the next (the default beside a GPU), the uninterrupted one in the main process:
+    the masks of each epoch travel with its indices, and the order and dropout do not depend on the loaders."""
     common = (
         "--max_train_steps",
         "40",
@@ -385,8 +387,13 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     assert len(epochs) >= 2  # the run crosses epoch boundaries
 
     killed = tmp_path / "killed"
+    workers = ("--dataloader_num_workers", "2")
     proc = subprocess.Popen(
-        pretrain_cmd(corpus, killed, *common), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        pretrain_cmd(corpus, killed, *common, *workers),
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "step_9").exists():
@@ -399,7 +406,7 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     steps = sorted(int(p.name.split("_")[1]) for p in (killed / "checkpoints").glob("step_*"))
     assert steps[-1] >= 9
 
-    resumed = run(pretrain_cmd(corpus, killed, *common, "--resume_from_checkpoint", "latest"))
+    resumed = run(pretrain_cmd(corpus, killed, *common, *workers, "--resume_from_checkpoint", "latest"))
     assert "Resuming from" in resumed.stdout
     steps = sorted(int(p.name.split("_")[1]) for p in (killed / "checkpoints").glob("step_*"))
     assert steps == [36, 39]  # --checkpoints_total_limit 2
@@ -412,25 +419,6 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     assert [m["train_loss"] for m in metrics(killed) if "train_loss" in m] == [
         m["train_loss"] for m in metrics(reference) if "train_loss" in m
     ]
-
-
-@pytest.mark.slow
-def test_persistent_workers_train_as_the_main_process_does_epoch_after_epoch(tmp_path, small_corpus):
-    """Two DataLoader workers kept from one epoch to the next (the default beside a GPU) give the losses of the
-    loader without workers over three epochs with dropout: the masks of each epoch travel with its indices, not in
-    the collator the workers were started with, and the order and dropout never draw from the loaders."""
-    from sinusoidal_encoder_training.stages.pretraining import pretrain
-
-    runs = {}
-    for workers in (0, 2):
-        out = tmp_path / f"workers-{workers}"
-        settings = dict(max_train_steps=30, eval_steps=10, dataloader_num_workers=workers)
-        result = pretrain(
-            tiny_pretraining(small_corpus, out, config_overrides=TINY + ",hidden_dropout_prob=0.1", **settings)
-        )
-        runs[workers] = metrics(out)
-    assert result.progress.epoch >= 2  # three epochs or more
-    assert_same_training(runs[0], runs[2])
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ pays on this machine."""
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 import torch
@@ -71,6 +72,30 @@ def loader_settings(config: TrainingConfig) -> dict[str, Any]:
     return {"num_workers": workers, "pin_memory": gpu, "persistent_workers": persistent}
 
 
+UNIX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path: `sun_path` holds 108 with the closing NUL
+
+
+def check_worker_handover(config: TrainingConfig) -> None:
+    """A `UsageError` where DataLoader workers could not hand their batches over, which would hang the run: torch
+    passes a batch's tensors as file descriptors, which Python's multiprocessing sends over a Unix socket it makes in
+    the temporary folder (TMPDIR); with a path longer than a socket takes, the worker's queue thread fails, drops the
+    batch with a traceback, and the run waits for it forever."""
+    if loader_settings(config)["num_workers"] == 0:
+        return
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return
+    from multiprocessing.connection import arbitrary_address
+
+    address = arbitrary_address("AF_UNIX")  # the path a worker's socket would take (in this process's pymp-* folder)
+    if len(os.fsencode(address)) > UNIX_SOCKET_PATH_MAX:
+        raise UsageError(
+            f"DataLoader workers hand their batches over through a Unix socket in the temporary folder, and under "
+            f"TMPDIR={tempfile.gettempdir()} its path would be {len(os.fsencode(address))} characters, over the "
+            f"{UNIX_SOCKET_PATH_MAX} a socket takes (the run would wait forever for its first batch): set TMPDIR to a "
+            "shorter folder (such as /tmp), or pass --dataloader_num_workers 0."
+        )
+
+
 def bf16_is_fast() -> bool:
     """Whether bf16 autocast pays here: a CUDA GPU, or a CPU with AVX512-BF16 or AMX instructions (elsewhere bf16 is
     emulated and slower than fp32)."""
@@ -83,9 +108,11 @@ def bf16_is_fast() -> bool:
 
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
-    trackers when asked, quiet library logs on non-main processes, and every RNG seeded."""
+    trackers when asked, quiet library logs on non-main processes, and every RNG seeded; before it, a `UsageError`
+    where the loaders' workers could not hand their batches over (`check_worker_handover`)."""
     from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
 
+    check_worker_handover(config)
     compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
     if config.torch_compile:
         compile_plugin = TorchDynamoPlugin(
