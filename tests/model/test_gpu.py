@@ -210,18 +210,12 @@ def test_the_training_loop_waits_for_the_gpu_only_at_logging_steps(tmp_path, mon
     forward and backward passes are left out (the padded batch's real tokens are found once a forward pass:
     tests/model/test_model.py). The first step, with its one-time setup, is not checked."""
     from accelerate.state import AcceleratorState
+    from test_loop_phases import TinyTask, examples
 
     from sinusoidal_encoder_training.configs import TrainingConfig
     from sinusoidal_encoder_training.runs import loop
     from sinusoidal_encoder_training.runs.accelerator import make_accelerator
     from sinusoidal_encoder_training.runs.optimization import make_optimizer
-
-    class Task(loop.TrainingTask):
-        def loss(self, model, batch, num_items_in_batch):
-            return model(**batch, num_items_in_batch=num_items_in_batch).loss
-
-        def loss_units(self, batch):
-            return (batch["labels"] != -100).sum()
 
     config = TrainingConfig(
         output_dir=str(tmp_path / "out"),
@@ -231,15 +225,13 @@ def test_the_training_loop_waits_for_the_gpu_only_at_logging_steps(tmp_path, mon
         logging_steps=3,
         mixed_precision="bf16",
     )
-    ids = random_ids(24, 8)
-    rows = [{"input_ids": row, "labels": row.masked_fill(torch.arange(8) % 2 == 1, -100)} for row in ids]
     try:
         accelerator = make_accelerator(config)
         model = se.SinusoidalEncoderForMaskedLM(tiny_config(num_hidden_layers=1)).to(accelerator.device)
         optimizer = make_optimizer(model, config)
-        loader = torch.utils.data.DataLoader(rows, batch_size=2, pin_memory=True)
+        loader = torch.utils.data.DataLoader(examples(12), batch_size=2, pin_memory=True)
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-        run = loop.start_run(accelerator, config, model, optimizer, loader, [], Task(), [])
+        run = loop.start_run(accelerator, config, model, optimizer, loader, [], TinyTask(), [])
         watch = SyncWarnings()
         monkeypatch.setattr(run.task, "loss", watch.unwatched(run.task.loss))
         monkeypatch.setattr(accelerator, "backward", watch.unwatched(accelerator.backward))
