@@ -453,26 +453,10 @@ def measure(args: argparse.Namespace) -> dict:
         "step_profile": step["profile"],
         "loop_profile": loop["profile"],
         "step_variants": [
-            {
-                "overrides": variant["overrides"],
-                "tokens_per_second": variant["tokens_per_second"],
-                "repeats": variant["repeats"],
-                "first_window_seconds": variant["first_window_seconds"],
-                "steady_window_seconds": variant["steady_window_seconds"],
-                "against_step": variant["tokens_per_second"] / step["tokens_per_second"],
-            }
-            for variant in variants
+            {"overrides": variant["overrides"], **beside_the_step(variant, step)} for variant in variants
         ],
         "step_batches": args.step_batches,
-        "step_over_batches": None
-        if distinct is None
-        else {
-            "tokens_per_second": distinct["tokens_per_second"],
-            "repeats": distinct["repeats"],
-            "first_window_seconds": distinct["first_window_seconds"],
-            "steady_window_seconds": distinct["steady_window_seconds"],
-            "against_step": distinct["tokens_per_second"] / step["tokens_per_second"],
-        },
+        "step_over_batches": None if distinct is None else beside_the_step(distinct, step),
         "loop_tokens_per_second": loop["tokens_per_second"],
         "loop_windows": loop["windows"],
         "loop_window_seconds": loop["window_seconds"],
@@ -484,6 +468,24 @@ def measure(args: argparse.Namespace) -> dict:
         "target": target,
         "target_met": ratio >= target,
     }
+
+
+def beside_the_step(timed: dict, step: dict) -> dict:
+    """Another timing of the bare step (`step_speed`'s figures, a variant's or over several batches) as the record
+    keeps it: its tokens/s, groups and windows, and its share of the step's tokens/s."""
+    kept = ("tokens_per_second", "repeats", "first_window_seconds", "steady_window_seconds")
+    return {
+        **{key: timed[key] for key in kept},
+        "against_step": timed["tokens_per_second"] / step["tokens_per_second"],
+    }
+
+
+def compared_row(label: str, timed: dict) -> str:
+    """The report's row of another timing of the bare step (`beside_the_step`)."""
+    return (
+        f"| {label} | {timed['tokens_per_second']:,.0f} ({timed['against_step']:.2f} of the step) | "
+        f"{timed['first_window_seconds']:.2f} s | {timed['steady_window_seconds']:.2f} s |"
+    )
 
 
 def how_compiled(result: dict) -> str:
@@ -513,15 +515,11 @@ def report(result: dict) -> str:
         f"| the {result['task']} loop | {result['loop_tokens_per_second']:,.0f} | "
         f"{result['loop_first_window_seconds']:.2f} s | {result['loop_steady_window_seconds']:.2f} s |",
         *(
-            f"| the bare step with `{variant['overrides']}` | {variant['tokens_per_second']:,.0f} "
-            f"({variant['against_step']:.2f} of the step) | {variant['first_window_seconds']:.2f} s "
-            f"| {variant['steady_window_seconds']:.2f} s |"
+            compared_row(f"the bare step with `{variant['overrides']}`", variant)
             for variant in result["step_variants"]
         ),
         *(
-            f"| the bare step over {result['step_batches']} batches in turn | {over['tokens_per_second']:,.0f} "
-            f"({over['against_step']:.2f} of the step) | {over['first_window_seconds']:.2f} s "
-            f"| {over['steady_window_seconds']:.2f} s |"
+            compared_row(f"the bare step over {result['step_batches']} batches in turn", over)
             for over in [result.get("step_over_batches")]
             if over
         ),

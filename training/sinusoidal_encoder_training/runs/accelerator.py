@@ -86,11 +86,12 @@ def check_worker_handover(config: TrainingConfig) -> None:
         return
     from multiprocessing.connection import arbitrary_address
 
-    address = arbitrary_address("AF_UNIX")  # the path a worker's socket would take (in this process's pymp-* folder)
-    if len(os.fsencode(address)) > UNIX_SOCKET_PATH_MAX:
+    # the path a worker's socket would take (in this process's pymp-* folder)
+    length = len(os.fsencode(arbitrary_address("AF_UNIX")))
+    if length > UNIX_SOCKET_PATH_MAX:
         raise UsageError(
             f"DataLoader workers hand their batches over through a Unix socket in the temporary folder, and under "
-            f"TMPDIR={tempfile.gettempdir()} its path would be {len(os.fsencode(address))} characters, over the "
+            f"TMPDIR={tempfile.gettempdir()} its path would be {length} characters, over the "
             f"{UNIX_SOCKET_PATH_MAX} a socket takes (the run would wait forever for its first batch): set TMPDIR to a "
             "shorter folder (such as /tmp), or pass --dataloader_num_workers 0."
         )

@@ -72,8 +72,8 @@ class StageResult:
 
 
 def on_device(value: float, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A number the host knows as a scalar tensor on `device`, filled there: `torch.tensor(value, device=...)` copies
-    from the host, a copy that waits for the device's queued work, every step."""
+    """A number the host knows as a scalar tensor on `device`, filled there (`torch.tensor(value, device=...)`
+    would copy it from the host, a copy that waits for the device's queued work)."""
     return torch.full((), value, dtype=dtype, device=device)
 
 
