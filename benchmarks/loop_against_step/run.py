@@ -85,17 +85,26 @@ def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
     return path
 
 
-def classification_file(folder: str, rows: int, seed: int = 0) -> str:
-    """A JSON-lines file of `rows` texts of 10 to 85 words (about 16 to 128 tokens) with one of 6 labels."""
+def classification_rows(count: int, seed: int = 0) -> list[dict]:
+    """`count` rows of 10 to 85 words (about 12 to 128 tokens, 66 on average) with one of 6 labels: the loop's data
+    (`classification_file`) and, its first rows, the bare step's (`classification_batch`), so that both step on rows
+    of the same lengths."""
     from pydoc_data.topics import topics
 
     words = sorted({word for text in topics.values() for word in text.split() if word.isalpha()})
     generator = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        text = " ".join(generator.choices(words, k=generator.randint(10, 85)))
+        rows.append({"text": text, "label": f"label{generator.randrange(6)}"})
+    return rows
+
+
+def classification_file(folder: str, rows: int, seed: int = 0) -> str:
+    """A JSON-lines file of `rows` classification rows (`classification_rows`): what the fine-tuning loop reads."""
     path = os.path.join(folder, "rows.jsonl")
     with open(path, "w") as handle:
-        for _ in range(rows):
-            text = " ".join(generator.choices(words, k=generator.randint(10, 85)))
-            handle.write(json.dumps({"text": text, "label": f"label{generator.randrange(6)}"}) + "\n")
+        handle.writelines(json.dumps(row) + "\n" for row in classification_rows(rows, seed))
     return path
 
 
@@ -282,9 +291,11 @@ def step_speed(
     accelerator = Accelerator(mixed_precision=args.mixed_precision, dynamo_plugin=plugin)
     model = build_model(config, tokenizer)
     generator = torch.Generator().manual_seed(0)
-    if args.task == "finetuning":  # padded batches of classification rows, as fine-tuning's collator makes them
+    if args.task == "finetuning":  # the loop's first rows, padded per batch as fine-tuning's collator pads them
         model = classification_model(model)
-        batches = [classification_batch(args, tokenizer, generator) for _ in range(distinct)]
+        rows = classification_rows(distinct * args.batch_size)
+        size = args.batch_size
+        batches = [classification_batch(args, tokenizer, rows[i * size : (i + 1) * size]) for i in range(distinct)]
     else:  # masked-LM batches of whole blocks
         batches = [masked_lm_batch(args, tokenizer, config, generator) for _ in range(distinct)]
     optimizer = make_optimizer(model, config)
@@ -365,20 +376,22 @@ def classification_model(pretrained):
     return se.SinusoidalEncoderForSequenceClassification(model_config)
 
 
-def classification_batch(args, tokenizer, generator: torch.Generator) -> dict:
-    """`--batch_size` rows of 16 to `--length` tokens padded as `PaddingCollator` pads them (`input_ids`,
-    `attention_mask`), their labels, their count (`items`) and the real tokens (`tokens`)."""
+def classification_batch(args, tokenizer, rows: list[dict]) -> dict:
+    """`rows` (`classification_rows`) tokenised as fine-tuning tokenises them (truncated to `--length`) and padded as
+    `PaddingCollator` pads them (`input_ids`, `attention_mask`), their labels, their count (`items`) and the real
+    tokens (`tokens`)."""
     from sinusoidal_encoder_training.data.pipeline import PaddingCollator
 
-    lengths = torch.randint(16, args.length + 1, (args.batch_size,), generator=generator).tolist()
-    rows = [
-        {"input_ids": torch.randint(5, len(tokenizer), (n,), generator=generator).tolist(), "attention_mask": [1] * n}
-        for n in lengths
-    ]
-    batch = PaddingCollator(tokenizer)(rows)
-    labels = torch.randint(0, 6, (args.batch_size,), generator=generator)
-    items = torch.tensor(float(args.batch_size))
-    return {**batch, "labels": labels, "items": items, "tokens": sum(lengths)}
+    encoded = tokenizer([row["text"] for row in rows], truncation=True, max_length=args.length)
+    batch = PaddingCollator(tokenizer)(
+        [
+            {"input_ids": ids, "attention_mask": mask}
+            for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
+        ]
+    )
+    labels = torch.tensor([int(row["label"].removeprefix("label")) for row in rows])
+    items = torch.tensor(float(len(rows)))
+    return {**batch, "labels": labels, "items": items, "tokens": int(batch["attention_mask"].sum())}
 
 
 def masked_lm_batch(args, tokenizer, config, generator: torch.Generator) -> dict:
@@ -567,8 +580,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--task",
         default="pretraining",
         choices=("pretraining", "finetuning"),
-        help="Which loop: masked-LM "
-        "pretraining, or fine-tuning for text classification (rows of 16 to --length tokens, 6 labels).",
+        help="Which loop: masked-LM pretraining, or fine-tuning for text classification (rows of 10 to 85 words, "
+        "truncated to --length tokens, 6 labels; the bare step steps on the loop's first rows).",
     )
     parser.add_argument("--size", default="small", choices=("tiny", "small", "base"), help="The model preset.")
     parser.add_argument("--config_overrides", default=None, help="Fields of the preset to change (as pretraining's).")
