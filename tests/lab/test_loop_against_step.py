@@ -97,6 +97,27 @@ def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, 
     assert repository not in host and "benchmarks/loop_against_step" not in host  # no machine path, no wrapper
 
 
+def test_the_bare_fine_tuning_step_steps_on_the_loops_own_rows(tmp_path):
+    """The bare step's classification batch is the first rows of the file the loop fine-tunes on, tokenised and
+    truncated as fine-tuning tokenises them and padded per batch: both count the same real tokens a row."""
+    from transformers import AutoTokenizer
+
+    from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    path = loop_against_step.classification_file(str(tmp_path), 12)
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    assert rows[:8] == loop_against_step.classification_rows(8)  # the loop's first rows, whatever the file's length
+    args = loop_against_step.parse(["--task", "finetuning", "--length", "24"])
+    batch = loop_against_step.classification_batch(args, tokenizer, rows[:8])
+    encoded = tokenizer([row["text"] for row in rows[:8]], truncation=True, max_length=24)["input_ids"]
+    assert batch["input_ids"].shape == (8, max(map(len, encoded)))
+    for ids, mask, expected in zip(batch["input_ids"], batch["attention_mask"], encoded, strict=True):
+        assert ids[mask.bool()].tolist() == expected
+    assert batch["tokens"] == sum(map(len, encoded)) and batch["items"].item() == 8
+    assert batch["labels"].tolist() == [int(row["label"].removeprefix("label")) for row in rows[:8]]
+
+
 @pytest.fixture
 def _fresh_compile_state():
     """accelerate keeps the compile plugin in its process-wide state, and a compiled loop sets dynamo's settings
