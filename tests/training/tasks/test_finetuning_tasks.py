@@ -269,6 +269,58 @@ def test_the_labels_of_a_batch_mark_each_span_of_the_text_and_nothing_else(token
     tokenizer.padding_side = "right"
 
 
+def span_labels_row_by_row(batch: dict, rows: list[dict], width: int, num_labels: int, left: bool) -> torch.Tensor:
+    """The span labels as the collator made them before it worked on whole batches: one row, and one span, at a
+    time (the reference of the test below)."""
+    size, length = batch["input_ids"].shape
+    labels = torch.full((size, length, width, num_labels), -100.0)
+    starts = torch.arange(length)[:, None]  # (T, 1)
+    ends = starts + torch.arange(width)  # (T, W)
+    for index, row in enumerate(rows):
+        first, last = row["text_tokens"]
+        shift = length - len(row["input_ids"]) if left else 0
+        labels[index][(starts >= first + shift) & (ends <= last + shift)] = 0.0
+        for start, span_width, label in row["spans"]:
+            labels[index, start + shift, span_width, label] = 1.0
+    return labels
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_the_span_labels_of_a_whole_batch_are_those_of_row_by_row(tokenizer, side, multiple):
+    """The collator builds the span labels of the whole batch at once from the Arrow columns: the same tensor as
+    row by row, for rows with no span, one or several (nested), a row with no text token, either padding side,
+    padding to a multiple, and a batch taken out of the dataset's order (as `BatchedRows` takes it)."""
+    from sinusoidal_encoder_training.data.pipeline import BatchedRows
+    from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
+
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for index in range(12):
+        length = int(torch.randint(4, 30, (), generator=generator))
+        ids = [2, *torch.randint(5, 100, (length - 2,), generator=generator).tolist(), 3]
+        spans = []
+        for _ in range(index % 4):  # 0 to 3 spans, some nested in others
+            start = int(torch.randint(1, length - 1, (), generator=generator))
+            span_width = int(torch.randint(0, min(5, length - 1 - start), (), generator=generator))
+            spans.append([start, span_width, int(torch.randint(0, 3, (), generator=generator))])
+        text = [1, 0] if index == 5 else [1, length - 2]  # row 5: no token of text, no candidate
+        rows.append({"input_ids": ids, "attention_mask": [1] * length, "text_tokens": text, "spans": spans})
+    dataset = datasets.Dataset.from_list(rows, features=span_classification.FEATURES)
+    order = [7, 2, 11, 0, 5, 9, 3]
+    tokenizer.padding_side = side
+    try:
+        collate = span_classification.SpanCollator(tokenizer, 5, 3, pad_to_multiple_of=multiple)
+        batch = collate(BatchedRows(dataset).__getitems__(order))
+        expected = span_labels_row_by_row(batch, [rows[i] for i in order], 5, 3, side == "left")
+        assert torch.equal(batch["labels"], expected) and batch["labels"].dtype == torch.float32
+        longest = max(len(rows[i]["input_ids"]) for i in order)
+        assert batch["input_ids"].shape[1] == (-(-longest // multiple) * multiple if multiple else longest)
+        assert torch.equal(collate([rows[i] for i in order])["labels"], expected)  # from a list of rows too
+    finally:
+        tokenizer.padding_side = "right"
+
+
 def other_value(flags: type, field: dataclasses.Field):
     """A value of a task-data flag other than its default: the first other choice of a `Literal`, the next number,
     a column name."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import datasets
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from accelerate import Accelerator
 
@@ -160,7 +161,8 @@ def encode(
 class SpanCollator:
     """The padded ids and mask of a batch (`PaddingCollator`), and the labels of every candidate span: `(batch,
     tokens, max_span_width, labels)`, 1 where a labelled span has the label, 0 elsewhere among the candidates (the
-    spans within the text's tokens), -100 for the rest (special tokens, padding, past the text)."""
+    spans within the text's tokens), -100 for the rest (special tokens, padding, past the text). For the whole batch
+    at once, from the Arrow columns: no Python object per row or span."""
 
     def __init__(self, tokenizer, max_span_width: int, num_labels: int, pad_to_multiple_of: int | None = None):
         self.padding = PaddingCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of)
@@ -171,19 +173,26 @@ class SpanCollator:
         table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
         batch = self.padding(table.select(["input_ids", "attention_mask"]))
         size, length = batch["input_ids"].shape
-        labels = torch.full((size, length, self.width, self.num_labels), -100.0)
-        starts = torch.arange(length)[:, None]  # (T, 1)
-        ends = starts + torch.arange(self.width)  # (T, W): the last token of each span
-        lengths = table.column("input_ids").combine_chunks().value_lengths().to_pylist()
-        bounds, spans = table.column("text_tokens").to_pylist(), table.column("spans").to_pylist()
-        for row, ((first, last), row_spans, row_length) in enumerate(zip(bounds, spans, lengths, strict=True)):
-            shift = length - row_length if self.padding.left else 0  # tokens moved right by left padding
-            candidate = (starts >= first + shift) & (ends <= last + shift)
-            labels[row][candidate] = 0.0
-            for start, width, label in row_spans:
-                labels[row, start + shift, width, label] = 1.0
+        shift = torch.zeros(size, dtype=torch.long)  # (B,): tokens moved right by left padding
+        if self.padding.left:
+            shift = length - _ints(table.column("input_ids").combine_chunks().value_lengths())
+        bounds = _ints(table.column("text_tokens").combine_chunks().flatten()).view(size, 2) + shift[:, None]  # (B, 2)
+        starts = torch.arange(length)  # (T,)
+        ends = starts[:, None] + torch.arange(self.width)  # (T, W): the last token of each span
+        first, last = bounds[:, 0, None, None], bounds[:, 1, None, None]  # (B, 1, 1)
+        candidate = (starts[None, :, None] >= first) & (ends[None] <= last)  # (B, T, W)
+        labels = torch.where(candidate, 0.0, -100.0)[..., None].repeat(1, 1, 1, self.num_labels)  # (B, T, W, L)
+        spans = table.column("spans").combine_chunks()  # a list of (first token, width - 1, label) per row
+        row = _ints(pc.list_parent_indices(spans))  # (S,): the row of each span
+        start, width, label = _ints(spans.flatten().flatten()).view(-1, 3).T  # (S,) each
+        labels[row, start + shift[row], width, label] = 1.0
         batch["labels"] = labels
         return batch
+
+
+def _ints(array: pa.Array) -> torch.Tensor:
+    """An Arrow array of integers (no nulls) as an int64 tensor."""
+    return torch.from_numpy(array.to_numpy(zero_copy_only=False).astype("int64", copy=True))
 
 
 class SpanClassificationTask(TrainingTask):
