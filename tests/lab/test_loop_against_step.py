@@ -54,24 +54,25 @@ def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, 
     from sinusoidal_encoder_training.stages import pretraining
 
     built, drawn = [], []
-    real_build, real_batch = pretraining.build_model, loop_against_step.classification_batch
+    real_build, real_batches = pretraining.build_model, loop_against_step.classification_batches
 
     def build_model(config, tokenizer):
         built.append(config.config_overrides)
         return real_build(config, tokenizer)
 
-    def classification_batch(*args):
-        drawn.append(real_batch(*args))
+    def classification_batches(*args):
+        drawn.append(real_batches(*args))
         return drawn[-1]
 
     monkeypatch.setattr(pretraining, "build_model", build_model)
-    monkeypatch.setattr(loop_against_step, "classification_batch", classification_batch)
+    monkeypatch.setattr(loop_against_step, "classification_batches", classification_batches)
     variants = ["unpad_inputs=False", "attention_probs_dropout_prob=0"]
     argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--profile", "--step_batches", "3"]
     result = loop_against_step.main([*argv, "--step_variants", *variants])
     text = check_record(tmp_path, result)
-    assert len(drawn) == 1 + 2 + 3  # the step's, the variants', 3 in turn: each drawn anew
-    assert not any(torch.equal(a["input_ids"], b["input_ids"]) for a, b in pairwise(drawn[3:]))
+    assert [len(batches) for batches in drawn] == [1, 1, 1, 3]  # the step's, the variants', 3 in turn
+    assert all(torch.equal(batches[0]["input_ids"], drawn[0][0]["input_ids"]) for batches in drawn[:3])
+    assert not any(torch.equal(a["input_ids"], b["input_ids"]) for a, b in pairwise(drawn[3]))
     over = result["step_over_batches"]
     assert result["step_batches"] == 3 and over["against_step"] == pytest.approx(
         over["tokens_per_second"] / result["step_tokens_per_second"]
@@ -116,6 +117,25 @@ def test_the_bare_fine_tuning_step_steps_on_the_loops_own_rows(tmp_path):
         assert ids[mask.bool()].tolist() == expected
     assert batch["tokens"] == sum(map(len, encoded)) and batch["items"].item() == 8
     assert batch["labels"].tolist() == [int(row["label"].removeprefix("label")) for row in rows[:8]]
+
+
+def test_the_bare_fine_tuning_steps_one_batch_is_the_most_typical_of_the_loops(tmp_path):
+    """One fixed batch: of the first `TYPICAL_OF` batches of the loop's rows, the one whose real tokens are nearest
+    their mean; several in turn: the first ones, as they come."""
+    from transformers import AutoTokenizer
+
+    from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
+    args = loop_against_step.parse(["--task", "finetuning", "--batch_size", "4", "--length", "32"])
+    rows = loop_against_step.classification_rows(4 * loop_against_step.TYPICAL_OF)
+    every = [loop_against_step.classification_batch(args, tokenizer, rows[i : i + 4]) for i in range(0, len(rows), 4)]
+    mean = sum(batch["tokens"] for batch in every) / len(every)
+    (fixed,) = loop_against_step.classification_batches(args, tokenizer, 1)
+    assert abs(fixed["tokens"] - mean) == min(abs(batch["tokens"] - mean) for batch in every)
+    assert fixed["tokens"] != every[0]["tokens"]  # not merely the first, for these rows
+    in_turn = loop_against_step.classification_batches(args, tokenizer, 3)
+    assert [batch["tokens"] for batch in in_turn] == [batch["tokens"] for batch in every[:3]]
 
 
 @pytest.fixture
