@@ -670,15 +670,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def overrides_problem(size: str, overrides: str | None) -> str | None:
-    """What is wrong with a `--config_overrides` text for the model config of the preset `size` (as the run would
-    find it), or None."""
-    from sinusoidal_encoder import SinusoidalEncoderConfig
-    from sinusoidal_encoder_training.cli.arguments import apply_overrides
-    from sinusoidal_encoder_training.cli.command_line import UsageError
-    from sinusoidal_encoder_training.configs.pretraining import MODEL_SIZES
+    """What is wrong with a `--config_overrides` text for the model of the preset `size` with the shipped tokenizer
+    (as the run would find it: a field the config lacks, a value it refuses, a vocabulary smaller than the
+    tokenizer's), or None."""
+    from transformers import AutoTokenizer
 
+    from sinusoidal_encoder_training import SHIPPED_TOKENIZER
+    from sinusoidal_encoder_training.cli.command_line import UsageError
+    from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.stages.pretraining import build_model_config, check_vocabulary
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     try:
-        apply_overrides(SinusoidalEncoderConfig(**MODEL_SIZES[size]), overrides)
+        config = PretrainingConfig(output_dir="unused", config_name=size, config_overrides=overrides)
+        check_vocabulary(build_model_config(config, tokenizer), len(tokenizer))
     except UsageError as error:
         return str(error).removeprefix("--config_overrides: ")
     return None

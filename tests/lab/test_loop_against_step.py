@@ -201,6 +201,7 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
         (["--step_variants", "unpad=False"], "--step_variants 'unpad=False': the config has no field 'unpad'."),
         (["--config_overrides", "hidden_size"], "--config_overrides 'hidden_size': 'hidden_size' is not of the form"),
         (["--size", "tiny", "--step_variants", "num_attention_heads=3"], "must divide `hidden_size` (64)"),  # tiny's
+        (["--config_overrides", "vocab_size=512"], "The model's vocabulary (512) is smaller than the tokenizer's"),
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):
