@@ -12,9 +12,10 @@ corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of th
 its logging (every 10 steps, the default) and no checkpoints (the default); its speed is the median of the tokens/s
 it logs after its first logging window (warm-up), as `metrics.jsonl` has it. The bare step is the same model (the
 preset `--size` with `--config_overrides`, the shipped tokenizer's vocabulary) and optimizer (`make_optimizer`)
-stepping on one fixed masked batch of the same shape, through the same `Accelerator` (its autocast and backward),
-timed between two device synchronisations: forward, backward, optimizer step. The ratio of the two is the share of
-the step's speed the loop keeps (1.00: the loop adds nothing).
+stepping on one fixed masked batch of the same shape (fine-tuning: a batch of the loop's own rows, the most typical
+of 16), through the same `Accelerator` (its autocast and backward), timed between two device synchronisations:
+forward, backward, optimizer step. The ratio of the two is the share of the step's speed the loop keeps (1.00: the
+loop adds nothing).
 
 With `--torch_compile` both are compiled the same way: the loop through its own `--torch_compile` flags (accelerate's
 dynamo plugin, dynamic shapes, `compilation.compile_once_per_mode`), the bare step through an `Accelerator` with the
@@ -88,8 +89,8 @@ def corpus_file(folder: str, tokens: int, seed: int = 0) -> str:
 
 def classification_rows(count: int, seed: int = 0) -> list[dict]:
     """`count` rows of 10 to 85 words (about 12 to 128 tokens, 66 on average) with one of 6 labels: the loop's data
-    (`classification_file`) and, its first rows, the bare step's (`classification_batch`), so that both step on rows
-    of the same lengths."""
+    (`classification_file`) and the bare step's (`classification_batches`), so that both step on rows of the same
+    lengths; the first rows are the same whatever `count`."""
     from pydoc_data.topics import topics
 
     words = sorted({word for text in topics.values() for word in text.split() if word.isalpha()})
@@ -252,7 +253,7 @@ def step_speed(
     args: argparse.Namespace, overrides: str | None = None, profile: bool = False, distinct: int = 1
 ) -> dict:
     """The bare step's tokens/s: the median over `--repeats` timed groups of steps on one fixed batch (a masked-LM
-    batch, or for fine-tuning a padded classification batch: its real tokens counted), or cycling through `distinct`
+    batch, or for fine-tuning a padded batch of the loop's rows: real tokens counted), or cycling through `distinct`
     batches drawn alike (the shapes that change from batch to batch in a loop: fine-tuning's real tokens and longest
     row, the masked tokens of masks drawn per token); the tokens/s of each group; the seconds of its first
     `logging_steps` steps (the loop's first logging window: warm-up and compilation) and of as many steady ones.
@@ -594,7 +595,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="pretraining",
         choices=("pretraining", "finetuning"),
         help="Which loop: masked-LM pretraining, or fine-tuning for text classification (rows of 10 to 85 words, "
-        "truncated to --length tokens, 6 labels; the bare step steps on the loop's first rows).",
+        "truncated to --length tokens, 6 labels; the bare step steps on batches of the loop's rows).",
     )
     parser.add_argument("--size", default="small", choices=("tiny", "small", "base"), help="The model preset.")
     parser.add_argument("--config_overrides", default=None, help="Fields of the preset to change (as pretraining's).")

@@ -290,7 +290,8 @@ def span_labels_row_by_row(batch: dict, rows: list[dict], width: int, num_labels
 def test_the_span_labels_of_a_whole_batch_are_those_of_row_by_row(tokenizer, side, multiple):
     """The collator builds the span labels of the whole batch at once from the Arrow columns: the same tensor as
     row by row, for rows with no span, one or several (nested), a row with no text token, either padding side,
-    padding to a multiple, and a batch taken out of the dataset's order (as `BatchedRows` takes it)."""
+    padding to a multiple, a batch taken out of the dataset's order (as `BatchedRows` takes it), and rows given as
+    lists, none of which has a span."""
     from sinusoidal_encoder_training.data.pipeline import BatchedRows
     from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
 
@@ -317,6 +318,9 @@ def test_the_span_labels_of_a_whole_batch_are_those_of_row_by_row(tokenizer, sid
         longest = max(len(rows[i]["input_ids"]) for i in order)
         assert batch["input_ids"].shape[1] == (-(-longest // multiple) * multiple if multiple else longest)
         assert torch.equal(collate([rows[i] for i in order])["labels"], expected)  # from a list of rows too
+        spanless = [rows[i] for i in (0, 4, 8)]  # rows as lists, none with a span (no type to infer)
+        batch = collate(spanless)
+        assert torch.equal(batch["labels"], span_labels_row_by_row(batch, spanless, 5, 3, side == "left"))
     finally:
         tokenizer.padding_side = "right"
 

@@ -182,7 +182,8 @@ class SpanCollator:
         first, last = bounds[:, 0, None, None], bounds[:, 1, None, None]  # (B, 1, 1)
         candidate = (starts[None, :, None] >= first) & (ends[None] <= last)  # (B, T, W)
         labels = torch.where(candidate, 0.0, -100.0)[..., None].repeat(1, 1, 1, self.num_labels)  # (B, T, W, L)
-        spans = table.column("spans").combine_chunks()  # a list of (first token, width - 1, label) per row
+        # a list of (first token, width - 1, label) per row; typed, for rows given as lists with no span at all
+        spans = table.column("spans").combine_chunks().cast(pa.list_(pa.list_(pa.int64())))
         row = _ints(pc.list_parent_indices(spans))  # (S,): the row of each span
         start, width, label = _ints(spans.flatten().flatten()).view(-1, 3).T  # (S,) each
         labels[row, start + shift[row], width, label] = 1.0
