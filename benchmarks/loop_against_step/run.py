@@ -157,7 +157,11 @@ def loop_speed(args: argparse.Namespace, folder: str) -> dict:
 
         rows = classification_file(folder, steps * args.batch_size)
         config = FinetuningConfig(
-            model_name_or_path=model_folder(args, folder), train_file=rows, max_length=args.length, **common
+            model_name_or_path=model_folder(args, folder),
+            train_file=rows,
+            max_length=args.length,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+            **common,
         )
     else:
         from sinusoidal_encoder_training.configs import PretrainingConfig
@@ -378,12 +382,12 @@ def classification_model(pretrained):
 
 def classification_batch(args, tokenizer, rows: list[dict]) -> dict:
     """`rows` (`classification_rows`) tokenised as fine-tuning tokenises them (truncated to `--length`) and padded as
-    `PaddingCollator` pads them (`input_ids`, `attention_mask`), their labels, their count (`items`) and the real
-    tokens (`tokens`)."""
+    `PaddingCollator` pads them (to the longest row, rounded up to `--pad_to_multiple_of`: `input_ids`,
+    `attention_mask`), their labels, their count (`items`) and the real tokens (`tokens`)."""
     from sinusoidal_encoder_training.data.pipeline import PaddingCollator
 
     encoded = tokenizer([row["text"] for row in rows], truncation=True, max_length=args.length)
-    batch = PaddingCollator(tokenizer)(
+    batch = PaddingCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)(
         [
             {"input_ids": ids, "attention_mask": mask}
             for ids, mask in zip(encoded["input_ids"], encoded["attention_mask"], strict=True)
@@ -468,6 +472,7 @@ def measure(args: argparse.Namespace) -> dict:
         "size": args.size,
         "config_overrides": args.config_overrides,
         "batch": [args.batch_size, args.length],
+        "pad_to_multiple_of": args.pad_to_multiple_of,
         "steps": args.steps,
         "mixed_precision": args.mixed_precision,
         "torch_compile": args.torch_compile,
@@ -528,11 +533,13 @@ def report(result: dict) -> str:
     model = result["size"] + (f" ({result['config_overrides']})" if result["config_overrides"] else "")
     verdict = "met" if result["target_met"] else "missed"
     window = WINDOW_STEPS
+    multiple = result.get("pad_to_multiple_of")
+    padded = f" (padded to a multiple of {multiple})" if multiple else ""
     lines = [
         "# The training loop against its bare step",
         "",
         f"{result['date']}, commit {result['commit']}, {result['device']} ({result['cpu'].get('model', 'CPU')}), "
-        f"model {model}, batches of {batch} x {length}, {result['steps']} steps, mixed precision "
+        f"model {model}, batches of {batch} x {length}{padded}, {result['steps']} steps, mixed precision "
         f"{result['mixed_precision']}, {how_compiled(result)} (`python -m benchmarks.loop_against_step.run`).",
         "",
         f"| | tokens/s | first {window} steps | {window} steady steps |",
@@ -641,6 +648,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "against the one fixed batch.",
     )
     parser.add_argument(
+        "--pad_to_multiple_of",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Fine-tuning: pad each batch to a multiple of N tokens, the loop's and the bare step's (as fine-tuning's "
+        "flag): fewer shapes, for CUDA graphs.",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="Add the profiler's table of the bare step's operators and cProfile's of the loop's main process over "
@@ -656,9 +671,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ]:
         if problem := overrides_problem(args.size, joined_overrides(args.config_overrides, overrides)):
             parser.exit(2, f"{parser.prog}: error: {flag} {overrides!r}: {problem}\n")
-    for name in ("batch_size", "steps", "repeats", "step_batches"):
-        if getattr(args, name) < 1:
-            parser.exit(2, f"{parser.prog}: error: --{name} must be a positive integer, got {getattr(args, name)}.\n")
+    if args.pad_to_multiple_of is not None and args.task != "finetuning":
+        parser.exit(
+            2,
+            f"{parser.prog}: error: --pad_to_multiple_of is for --task finetuning (pretraining's blocks are "
+            "not padded).\n",
+        )
+    for name in ("batch_size", "steps", "repeats", "step_batches", "pad_to_multiple_of"):
+        if (value := getattr(args, name)) is not None and value < 1:
+            parser.exit(2, f"{parser.prog}: error: --{name} must be a positive integer, got {value}.\n")
     if args.length < 8:
         parser.exit(2, f"{parser.prog}: error: --length must be at least 8, got {args.length}.\n")
     if args.torch_compile_mode is not None and not args.torch_compile:

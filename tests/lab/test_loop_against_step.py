@@ -119,6 +119,33 @@ def test_the_bare_fine_tuning_step_steps_on_the_loops_own_rows(tmp_path):
     assert batch["labels"].tolist() == [int(row["label"].removeprefix("label")) for row in rows[:8]]
 
 
+@pytest.mark.slow
+def test_padding_to_a_multiple_pads_the_loops_batches_and_the_bare_steps_alike(tmp_path, monkeypatch):
+    """`--pad_to_multiple_of` (fine-tuning): every batch the loop steps on and the bare step's are padded to a
+    multiple of it, and the report says so."""
+    from sinusoidal_encoder_training.runs import loop
+
+    widths = {"loop": set(), "step": set()}
+    real_step, real_batches = loop.optimizer_step, loop_against_step.classification_batches
+
+    def optimizer_step(run, batches):
+        widths["loop"].update(batch["input_ids"].shape[1] for batch in batches)
+        return real_step(run, batches)
+
+    def classification_batches(*args):
+        batches = real_batches(*args)
+        widths["step"].update(batch["input_ids"].shape[1] for batch in batches)
+        return batches
+
+    monkeypatch.setattr(loop, "optimizer_step", optimizer_step)
+    monkeypatch.setattr(loop_against_step, "classification_batches", classification_batches)
+    argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--pad_to_multiple_of", "12"]
+    result = loop_against_step.main(argv)
+    text = check_record(tmp_path, result)
+    assert result["pad_to_multiple_of"] == 12 and "batches of 8 x 16 (padded to a multiple of 12)" in text
+    assert widths["step"] and widths["loop"] and all(width % 12 == 0 for width in widths["step"] | widths["loop"])
+
+
 def test_the_bare_fine_tuning_steps_one_batch_is_the_most_typical_of_the_loops(tmp_path):
     """One fixed batch: of the first `TYPICAL_OF` batches of the loop's rows, the one whose real tokens are nearest
     their mean; several in turn: the first ones, as they come."""
@@ -202,6 +229,8 @@ def test_a_compiled_run_compiles_both_the_same_way_and_reports_the_warm_up(tmp_p
         (["--config_overrides", "hidden_size"], "--config_overrides 'hidden_size': 'hidden_size' is not of the form"),
         (["--size", "tiny", "--step_variants", "num_attention_heads=3"], "must divide `hidden_size` (64)"),  # tiny's
         (["--config_overrides", "vocab_size=512"], "The model's vocabulary (512) is smaller than the tokenizer's"),
+        (["--pad_to_multiple_of", "8"], "--pad_to_multiple_of is for --task finetuning"),
+        (["--task", "finetuning", "--pad_to_multiple_of", "0"], "--pad_to_multiple_of must be a positive integer"),
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys):
