@@ -6,6 +6,8 @@
     python -m benchmarks.loop_against_step.run --torch_compile --torch_compile_mode reduce-overhead  # CUDA graphs
     python -m benchmarks.loop_against_step.run --task finetuning --step_variants unpad_inputs=False --profile
     python -m benchmarks.loop_against_step.run --task finetuning --step_batches 8  # the step over changing shapes
+    python -m benchmarks.loop_against_step.run --task finetuning --pad_to_multiple_of 32 \\
+        --torch_compile --torch_compile_mode reduce-overhead          # CUDA graphs on a few padded shapes
 
 The loop is `pretraining.pretrain()` itself, in this process: the package's data pipeline (a packed `datasets`
 corpus, `IndexedExamples`, `KeyedMaskingCollator`, the DataLoader settings of the device), accelerate, the loop,
