@@ -15,12 +15,14 @@ from conftest import write_text_corpus
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.data import corpus
 from sinusoidal_encoder_training.data.pipeline import (
+    BatchedRows,
     DataConfig,
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
     load_raw_datasets,
     pack_blocks,
+    take_rows,
     tokenize_and_pack,
     tokenize_documents,
 )
@@ -226,6 +228,68 @@ def test_masks_are_keyed_by_seed_epoch_and_example(tokenizer):
         KeyedMaskingCollator(tokenizer, 1.5, seed=1)
 
 
+def dataset_kinds(tmp_path) -> dict[str, datasets.Dataset]:
+    """Blocks of 8 ids (rows 0..39, row i holding i*100 + position) and two text rows, as datasets holds them: in
+    memory, in several chunks, memory-mapped from disk, a contiguous selection (a slice of the table), and through an
+    indices mapping (shuffled, filtered, selected out of order)."""
+    rows = {"input_ids": [[i * 100 + j for j in range(8)] for i in range(40)], "text": [f"row {i}" for i in range(40)]}
+    plain = datasets.Dataset.from_dict(rows)
+    plain.save_to_disk(str(tmp_path / "saved"))
+    halves = [
+        datasets.Dataset.from_dict({key: value[a:b] for key, value in rows.items()}) for a, b in ((0, 25), (25, 40))
+    ]
+    return {
+        "in memory": plain,
+        "chunked": datasets.concatenate_datasets(halves),
+        "memory-mapped": datasets.load_from_disk(str(tmp_path / "saved")),
+        "contiguous selection": plain.select(range(5, 35)),
+        "shuffled": plain.shuffle(seed=0),
+        "filtered": plain.filter(lambda row: row["input_ids"][0] % 300 != 0),
+        "selected out of order": plain.select([9, 3, 27, 1, 30, 12, 0, 5, 21, 17]),
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "in memory",
+        "chunked",
+        "memory-mapped",
+        "contiguous selection",
+        "shuffled",
+        "filtered",
+        "selected out of order",
+    ],
+)
+def test_a_batchs_rows_are_read_in_one_take_as_datasets_reads_them(tmp_path, kind):
+    """`take_rows`: the rows of a batch in one Arrow take, one chunk per column, equal to datasets' own gather,
+    wherever the rows are stored in the table's order; through an indices mapping it leaves them to datasets. Either
+    way `BatchedRows` and `IndexedExamples` read the rows datasets has at those indices."""
+    dataset = dataset_kinds(tmp_path)[kind]
+    indices = [7, 2, 9, 2, 0, len(dataset) - 1]
+    expected = dataset.with_format("arrow")[indices]
+    taken = take_rows(dataset, indices)
+    mapped = kind in ("shuffled", "filtered", "selected out of order")
+    assert (taken is None) == mapped
+    if not mapped:
+        assert taken.equals(expected) and all(column.num_chunks == 1 for column in taken.columns)
+    assert BatchedRows(dataset).__getitems__(indices).equals(expected)
+    batch = IndexedExamples(dataset.select_columns(["input_ids"])).__getitems__(indices)
+    assert batch["input_ids"].dtype == torch.long and batch["input_ids"].tolist() == expected["input_ids"].to_pylist()
+    assert batch["example_id"].tolist() == indices
+
+
+def test_blocks_of_several_lengths_are_read_row_by_row():
+    """`IndexedExamples`: where a batch's blocks differ in length (a corpus's last block), its rows come one by one,
+    as datasets reads them."""
+    dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4, 5], [6, 7, 8]]}))
+    assert dataset.__getitems__([0, 1]) == [
+        {"input_ids": [1, 2, 3], "example_id": 0},
+        {"input_ids": [4, 5], "example_id": 1},
+    ]
+    assert dataset.__getitems__([2, 0])["input_ids"].tolist() == [[6, 7, 8], [1, 2, 3]]
+
+
 def test_keyed_masking_draws_berts_shares_for_a_whole_batch_at_once(tokenizer):
     """The vectorised masks have `DataCollatorForLanguageModeling`'s statistics: 15% of the tokens that are not
     special, of which 80% [MASK], 10% a random token, 10% unchanged; a batch read at once (`__getitems__`) is masked
@@ -369,7 +433,7 @@ def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, p
     dtype and shape, for every kind of label fine-tuning makes."""
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
     from sinusoidal_encoder_training.tasks.classification.recipe import encode
 
     words = "the function returns a new list of the items in the given order".split()
@@ -413,7 +477,7 @@ def test_padding_the_choices_and_windows_of_a_batch_gives_transformers_collators
     windows (start and end positions: `DataCollatorWithPadding`), padded a batch at once, equal transformers'."""
     from transformers import DataCollatorForMultipleChoice, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator
+    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
 
     generator = torch.Generator().manual_seed(0)
 

@@ -237,6 +237,16 @@ def tokenize_and_pack(
     return pack_blocks(tokenized, tokenizer, max_seq_length, num_proc)
 
 
+def take_rows(dataset: datasets.Dataset, indices: list[int]) -> pa.Table | None:
+    """The rows `indices` of `dataset` as one Arrow table, one chunk per column: one take on the table that backs
+    it (datasets' own gather makes a chunk of every row, which each column read then pays to join). None where the
+    dataset reads its rows through an indices mapping (after `shuffle`, `select`, `filter`), for the caller to read
+    them the datasets way."""
+    if dataset._indices is not None:
+        return None
+    return dataset.data.table.take(pa.array(indices, type=pa.int64()))
+
+
 class IndexedExamples(torch.utils.data.Dataset):
     """Rows of a packed map-style dataset, each tagged with its index (the key of its masks). A DataLoader reads a
     batch's rows at once (`__getitems__`: one Arrow take, no Python object per token). An index may come tagged with
@@ -260,13 +270,25 @@ class IndexedExamples(torch.utils.data.Dataset):
         the indices came tagged with it."""
         tagged = bool(indices) and isinstance(indices[0], tuple)
         rows = [index for _, index in indices] if tagged else indices
-        arrays = self.arrays[rows]["input_ids"]  # (B, T) when the blocks have one length
-        if arrays.dtype == object:  # blocks of several lengths: each row on its own
+        ids = self.block(rows)  # (B, T) when the blocks have one length
+        if ids is None:  # blocks of several lengths: each row on its own
             return [self[index] for index in indices]
-        batch = {"input_ids": torch.from_numpy(arrays).long(), "example_id": torch.tensor(rows, dtype=torch.long)}
+        batch = {"input_ids": torch.from_numpy(ids).long(), "example_id": torch.tensor(rows, dtype=torch.long)}
         if tagged:
             batch["epoch"] = torch.tensor([epoch for epoch, _ in indices], dtype=torch.long)
         return batch
+
+    def block(self, rows: list[int]):
+        """The ids of `rows` as one (B, T) int64 numpy array, or None when they have several lengths."""
+        table = take_rows(self.dataset, rows) if rows else None
+        if table is None:
+            arrays = self.arrays[rows]["input_ids"]
+            return None if arrays.dtype == object else arrays
+        column = table.column("input_ids").combine_chunks()
+        lengths = pc.min_max(pc.list_value_length(column))
+        if lengths["min"] != lengths["max"]:
+            return None
+        return column.flatten().to_numpy().astype("int64").reshape(len(rows), -1)  # a copy of its own
 
 
 class EpochTaggedSampler(torch.utils.data.Sampler):
@@ -427,7 +449,8 @@ class BatchedRows(torch.utils.data.Dataset):
         return self.dataset[index]
 
     def __getitems__(self, indices: list[int]) -> pa.Table:
-        return self.tables[indices]
+        table = take_rows(self.dataset, indices)
+        return table if table is not None else self.tables[indices]
 
 
 # what each padded column is filled with past a row's end (the ids: the tokenizer's padding token)
