@@ -109,7 +109,7 @@ def finetuning_collators(task: str, tokenizer) -> tuple[Callable, Callable | Non
     none) and that one's name."""
     import transformers
 
-    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
+    from sinusoidal_encoder_training.data.batches import PaddingCollator
     from sinusoidal_encoder_training.tasks.span_classification.recipe import SpanCollator
 
     if task == "span classification":
@@ -184,7 +184,7 @@ def measure(args: argparse.Namespace) -> dict:
     from transformers import AutoTokenizer
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
-    from sinusoidal_encoder_training.data.pipeline import BatchedRows, IndexedExamples, KeyedMaskingCollator
+    from sinusoidal_encoder_training.data.batches import BatchedRows, IndexedExamples, KeyedMaskingCollator
     from sinusoidal_encoder_training.runs.accelerator import loader_settings
 
     torch.set_num_threads(1)

@@ -73,11 +73,10 @@ from transformers.modeling_outputs import MaskedLMOutput
 from benchmarks.bert_reference import bert_config
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive, check_seeds, parse_config
 from sinusoidal_encoder_training.cli.command_line import front
+from sinusoidal_encoder_training.data.batches import IndexedExamples, KeyedMaskingCollator
 from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data.pipeline import (
     SHIPPED_TOKENIZER,
-    IndexedExamples,
-    KeyedMaskingCollator,
     pack_blocks,
     tokenize_and_pack,
     tokenize_documents,

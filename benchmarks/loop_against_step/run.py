@@ -386,7 +386,7 @@ def classification_batch(args, tokenizer, rows: list[dict]) -> dict:
     """`rows` (`classification_rows`) tokenised as fine-tuning tokenises them (truncated to `--length`) and padded as
     `PaddingCollator` pads them (to the longest row, rounded up to `--pad_to_multiple_of`: `input_ids`,
     `attention_mask`), their labels, their count (`items`) and the real tokens (`tokens`)."""
-    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
+    from sinusoidal_encoder_training.data.batches import PaddingCollator
 
     encoded = tokenizer([row["text"] for row in rows], truncation=True, max_length=args.length)
     batch = PaddingCollator(tokenizer, pad_to_multiple_of=args.pad_to_multiple_of)(
@@ -418,7 +418,7 @@ def masked_lm_batch(args, tokenizer, config, generator: torch.Generator) -> dict
     """A masked-LM batch of `--batch_size` whole blocks of `--length` tokens, masked as the loop masks them
     (`KeyedMaskingCollator`, its count of masked tokens as the run's: `exact_mask_count`), no attention mask, the
     masked tokens' count (`items`) and the tokens (`tokens`)."""
-    from sinusoidal_encoder_training.data.pipeline import KeyedMaskingCollator
+    from sinusoidal_encoder_training.data.batches import KeyedMaskingCollator
     from sinusoidal_encoder_training.stages.pretraining import exact_mask_count
 
     ids = torch.randint(5, len(tokenizer), (args.batch_size, args.length), generator=generator)

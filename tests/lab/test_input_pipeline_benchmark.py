@@ -57,7 +57,7 @@ def test_each_tasks_rows_collate_both_ways_into_the_same_batch(task):
     from transformers import AutoTokenizer
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
-    from sinusoidal_encoder_training.data.pipeline import BatchedRows
+    from sinusoidal_encoder_training.data.batches import BatchedRows
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     dataset = input_pipeline.finetuning_dataset(task, 6, 24, len(tokenizer))

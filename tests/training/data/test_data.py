@@ -14,15 +14,17 @@ from conftest import write_text_corpus
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.data import corpus
-from sinusoidal_encoder_training.data.pipeline import (
+from sinusoidal_encoder_training.data.batches import (
     BatchedRows,
-    DataConfig,
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
+    take_rows,
+)
+from sinusoidal_encoder_training.data.pipeline import (
+    DataConfig,
     load_raw_datasets,
     pack_blocks,
-    take_rows,
     tokenize_and_pack,
     tokenize_documents,
 )
@@ -402,7 +404,7 @@ def test_indices_tagged_with_their_epoch_carry_it_to_the_masks(tokenizer):
     hands the epoch on with each row, in a batch read at once or row by row; `KeyedMaskingCollator` masks each row
     with its own epoch's key, whatever epoch the collator itself was left at (as in a DataLoader worker that
     persists from one epoch to the next)."""
-    from sinusoidal_encoder_training.data.pipeline import EpochTaggedSampler
+    from sinusoidal_encoder_training.data.batches import EpochTaggedSampler
 
     blocks = torch.randint(5, len(tokenizer), (12, 32), generator=torch.Generator().manual_seed(0))
     dataset = IndexedExamples(datasets.Dataset.from_dict({"input_ids": blocks.tolist()}))
@@ -433,7 +435,7 @@ def test_padding_a_whole_batch_gives_transformers_collators_batches(tokenizer, p
     dtype and shape, for every kind of label fine-tuning makes."""
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
+    from sinusoidal_encoder_training.data.batches import PaddingCollator
     from sinusoidal_encoder_training.tasks.classification.recipe import encode
 
     words = "the function returns a new list of the items in the given order".split()
@@ -477,7 +479,7 @@ def test_padding_the_choices_and_windows_of_a_batch_gives_transformers_collators
     windows (start and end positions: `DataCollatorWithPadding`), padded a batch at once, equal transformers'."""
     from transformers import DataCollatorForMultipleChoice, DataCollatorWithPadding
 
-    from sinusoidal_encoder_training.data.pipeline import PaddingCollator
+    from sinusoidal_encoder_training.data.batches import PaddingCollator
 
     generator = torch.Generator().manual_seed(0)
 

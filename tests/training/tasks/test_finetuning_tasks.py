@@ -292,7 +292,7 @@ def test_the_span_labels_of_a_whole_batch_are_those_of_row_by_row(tokenizer, sid
     row by row, for rows with no span, one or several (nested), a row with no text token, either padding side,
     padding to a multiple, a batch taken out of the dataset's order (as `BatchedRows` takes it), and rows given as
     lists, none of which has a span."""
-    from sinusoidal_encoder_training.data.pipeline import BatchedRows
+    from sinusoidal_encoder_training.data.batches import BatchedRows
     from sinusoidal_encoder_training.tasks.span_classification import recipe as span_classification
 
     generator = torch.Generator().manual_seed(0)

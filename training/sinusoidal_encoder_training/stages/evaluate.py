@@ -28,14 +28,8 @@ from sinusoidal_encoder_training.cli.command_line import (
     loading,
 )
 from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
-from sinusoidal_encoder_training.data.pipeline import (
-    IndexedExamples,
-    IndexedStream,
-    KeyedMaskingCollator,
-    load_raw_datasets,
-    pack_blocks,
-    tokenize_documents,
-)
+from sinusoidal_encoder_training.data.batches import IndexedExamples, IndexedStream, KeyedMaskingCollator
+from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, pack_blocks, tokenize_documents
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.runs.atomic import temporary_path

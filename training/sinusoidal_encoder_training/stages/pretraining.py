@@ -27,15 +27,17 @@ from sinusoidal_encoder_training.cli.command_line import (
     loading,
 )
 from sinusoidal_encoder_training.configs import MODEL_SIZES, PretrainingConfig
-from sinusoidal_encoder_training.data.pipeline import (
-    SHIPPED_TOKENIZER,
+from sinusoidal_encoder_training.data.batches import (
     EpochTaggedSampler,
     IndexedExamples,
     IndexedStream,
     KeyedMaskingCollator,
+    masked_per_row,
+)
+from sinusoidal_encoder_training.data.pipeline import (
+    SHIPPED_TOKENIZER,
     derive_seed,
     load_raw_datasets,
-    masked_per_row,
     tokenize_and_pack,
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs

@@ -14,7 +14,8 @@ from accelerate import Accelerator
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator, derive_seed, text_column
+from sinusoidal_encoder_training.data.batches import BatchedRows, PaddingCollator
+from sinusoidal_encoder_training.data.pipeline import derive_seed, text_column
 from sinusoidal_encoder_training.evaluation.metrics import (
     accuracy_and_macro_f1,
     entity_scores,

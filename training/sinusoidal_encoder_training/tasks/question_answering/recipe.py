@@ -17,7 +17,8 @@ from accelerate import Accelerator
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data.pipeline import BatchedRows, PaddingCollator, derive_seed
+from sinusoidal_encoder_training.data.batches import BatchedRows, PaddingCollator
+from sinusoidal_encoder_training.data.pipeline import derive_seed
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
