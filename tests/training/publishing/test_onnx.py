@@ -4,6 +4,7 @@ own head, refuses a head the folder does not have, and never replaces an earlier
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -54,6 +55,36 @@ def test_export_runs_in_onnxruntime_at_any_batch_and_length(tmp_path, task, monk
     # lengths 8 and 300 (far past the 16 positions of the config), padded rows, batch 3 (traced with 2)
     worst = onnx_export.check_onnx(model, str(path), entry.outputs, lengths=(8, 300), input_axes=entry.input_axes)
     assert worst <= 1e-4
+
+
+@pytest.mark.slow
+def test_the_export_says_what_it_did_and_passes_on_every_warning_but_the_exporters_noise(
+    tmp_path, monkeypatch, capsys, caplog
+):
+    """The command's output is its two lines: none of torch's progress lines, nor its warnings that say nothing
+    about this export (`onnx_export.EXPORTER_NOISE`); a warning of anything else, here of the model, still shows."""
+    folder = tmp_path / "model"
+    se.SinusoidalEncoderModel(tiny_config()).save_pretrained(folder)
+    forward = se.SinusoidalEncoderModel.forward
+
+    def warning_forward(self, *args, **kwargs):
+        warnings.warn("a warning of the model's own", UserWarning, stacklevel=1)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(se.SinusoidalEncoderModel, "forward", warning_forward)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        status, out, err = export_command([folder, "--no_check"], monkeypatch, capsys)
+    assert status == 0, err[-3000:]
+    path = folder / "model.onnx"
+    said = [f"exporting SinusoidalEncoderModel (feature-extraction) from {folder}", f"wrote {path}"]
+    assert out.splitlines() == said
+    messages = [str(warning.message) for warning in warned]
+    assert "a warning of the model's own" in messages
+    assert not [text for text in messages if "axis name" in text or "LeafSpec" in text], messages
+    assert "[torch.onnx]" not in out + err and "torchvision" not in err + caplog.text
+    assert all("axis name" not in str(entry[1]) for entry in warnings.filters)  # nothing leaks out
+    assert logging.getLogger(onnx_export.EXPORTER_REGISTRATION_LOGGER).level == logging.NOTSET
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ one that transformers initialises at random; the command line is `run`
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -118,7 +120,7 @@ def export_onnx(
     names = _names(outputs)
     example = _example_ids(model.config.vocab_size, input_axes, 16)  # (2, 16), or (2, 2, 16) with choices
     axes = {index: torch.export.Dim(axis) for index, axis in enumerate(input_axes)}
-    with torch.no_grad():
+    with torch.no_grad(), _quiet_exporter():
         torch.onnx.export(
             _Exported(model, names).eval(),  # a new module starts in training mode
             (example, torch.ones_like(example)),
@@ -128,6 +130,7 @@ def export_onnx(
             dynamic_shapes={"input_ids": axes, "attention_mask": axes},
             opset_version=opset,
             dynamo=True,
+            verbose=False,  # no progress lines; a failure still raises with the exporter's own message
         )
     written = _opset_of(path)
     if written != opset:  # the exporter writes its own opset when it cannot convert the graph, and only warns
@@ -139,6 +142,31 @@ def export_onnx(
             f"{written}; nothing was kept): choose another --opset, such as 18, the exporter's own."
         )
     return path
+
+
+# What torch's exporter says on every export of these models that says nothing about the export: the inputs share
+# their axes (both named `batch` and `sequence`, as meant), a deprecation inside torch's own tree utilities, and the
+# operators of torchvision, which the models do not use, left unregistered.
+EXPORTER_NOISE = (
+    (UserWarning, r"# The axis name: \S+ will not be used, since it shares the same shape constraints"),
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+)
+EXPORTER_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Within it, `EXPORTER_NOISE` and the exporter's registration notices are not shown; every other warning is."""
+    registration = logging.getLogger(EXPORTER_REGISTRATION_LOGGER)
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for category, message in EXPORTER_NOISE:
+                warnings.filterwarnings("ignore", message=message, category=category)
+            yield
+    finally:
+        registration.setLevel(level)
 
 
 def _opset_of(path: str) -> int:
