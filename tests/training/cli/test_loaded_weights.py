@@ -108,7 +108,7 @@ def stop_before_training(monkeypatch) -> dict:
     seen = {}
 
     def train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header):
-        seen.update(model=accelerator.unwrap_model(model), task=task)
+        seen.update(model=accelerator.unwrap_model(model), task=task, header=header)
         raise Stopped
 
     monkeypatch.setattr(finetuning, "train", train)
@@ -162,6 +162,38 @@ def test_a_head_of_another_task_is_replaced_by_a_new_one_with_one_line(tmp_path,
     model = seen["model"]
     assert not torch.equal(model.classifier.weight.detach(), saved["classifier.weight"])  # not reused by index
     assert torch.equal(model.model.encoder.layers[0].attention.qkv.weight.detach(), saved[ENCODER_WEIGHT])
+
+
+@pytest.mark.parametrize(
+    ("cls", "labels", "head"),
+    [
+        (
+            se.SinusoidalEncoderForMaskedLM,
+            None,
+            "new on the folder's encoder, initialised at random: classifier, pooler.dense",
+        ),
+        (
+            se.SinusoidalEncoderForTokenClassification,
+            ["x", "y"],
+            "new on the folder's encoder, initialised at random: classifier, pooler.dense",
+        ),
+        (se.SinusoidalEncoderForSequenceClassification, ["x", "y"], "the folder's own, trained further"),
+    ],
+    ids=["pretrained", "another task's head", "its own head"],
+)
+def test_the_header_says_which_head_is_new_in_place_of_transformers_load_report(
+    tmp_path, monkeypatch, capfd, cls, labels, head
+):
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    folder = head_folder(tmp_path, cls, labels)
+    seen = stop_before_training(monkeypatch)
+    fine_tune(folder, rows_file(tmp_path / "rows.jsonl", ["x", "y"]), tmp_path)
+    assert seen["header"][-1] == f"Head = {head}"
+    said = capfd.readouterr()
+    assert "LOAD REPORT" not in said.out + said.err and "Loading weights" not in said.err
+    assert transformers_logging.get_verbosity() == verbosity  # as it was
 
 
 @pytest.mark.parametrize(

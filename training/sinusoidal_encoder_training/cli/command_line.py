@@ -89,6 +89,23 @@ def loading(flag: str, path: str | os.PathLike | None, what: str = "model") -> I
         raise UsageError(f"{flag} {os.fspath(path)!r}: {found}") from error
 
 
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """transformers' load report and progress bars off while a model loads: the command says itself what loaded
+    (and judges it: `output_loading_info`)."""
+    from transformers.utils import logging as transformers_logging
+
+    verbosity, bar = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bar:
+            transformers_logging.enable_progress_bar()
+
+
 def check_local_files(
     flag: str, path: str | os.PathLike | None, what: str = "model", replaced_head: bool = False
 ) -> None:

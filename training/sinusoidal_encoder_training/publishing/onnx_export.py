@@ -16,11 +16,17 @@ from collections.abc import Iterator, Sequence
 
 import torch
 from transformers import AutoConfig
-from transformers.utils import logging as transformers_logging
 
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from sinusoidal_encoder_training.cli.arguments import parse_config
-from sinusoidal_encoder_training.cli.command_line import UsageError, check_local_files, front, loading, require_extra
+from sinusoidal_encoder_training.cli.command_line import (
+    UsageError,
+    check_local_files,
+    front,
+    loading,
+    quiet_loading,
+    require_extra,
+)
 from sinusoidal_encoder_training.configs import OnnxExportConfig
 from sinusoidal_encoder_training.runs.atomic import clean_leftovers, staged
 from sinusoidal_encoder_training.tasks.registry import EXPORTED, TASKS, auto_class_of, task_of_architecture
@@ -49,25 +55,11 @@ def head_problem(source: str, architecture: str | None, task: str, instead: str,
     )
 
 
-@contextlib.contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """transformers' load report and progress bar off: `load_trained` judges what loaded itself."""
-    verbosity, bar = transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled()
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        transformers_logging.set_verbosity(verbosity)
-        if bar:
-            transformers_logging.enable_progress_bar()
-
-
 def load_trained(auto_class: type, source: str, instead: str, name: str = "MODEL") -> torch.nn.Module:
     """`auto_class.from_pretrained(source)` in eval mode, or a `UsageError` when transformers reports weights it
     initialised at random (missing from the folder, or of another shape): a new head is never used silently.
     `instead` says what to use instead; the refusal names the weights."""
-    with _quiet_loading():
+    with quiet_loading():
         model, info = auto_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True)
     mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
     new = sorted({*info.get("missing_keys", ()), *mismatched})

@@ -38,6 +38,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     check_tokenizer_fits,
     front,
     loading,
+    quiet_loading,
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
@@ -144,22 +145,44 @@ def weight_shapes(model_config: Any) -> dict[str, tuple[int, ...]]:
     return {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
 
 
-def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan) -> Any:
+def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan) -> tuple[Any, list[str]]:
     """The task's model of --model_name_or_path: the folder's weights, or, when `plan` says a new head starts
     (`fresh`), the folder's encoder alone under a head transformers initialises as it does for a folder without
-    one."""
+    one; and the modules transformers initialised (`new_modules`), which the stage says in place of transformers'
+    load report."""
     auto_class = auto_class_of(config.task)
     source = config.model_name_or_path
-    with loading(config.model_flag, source):
+    with loading(config.model_flag, source), quiet_loading():
         if not plan.fresh:
-            return auto_class.from_pretrained(
-                source, config=model_config, ignore_mismatched_sizes=config.ignore_mismatched_sizes
+            model, info = auto_class.from_pretrained(
+                source,
+                config=model_config,
+                ignore_mismatched_sizes=config.ignore_mismatched_sizes,
+                output_loading_info=True,
             )
+            return model, new_modules(info)
         encoder = AutoModel.from_pretrained(source, config=model_config)
         model_class = getattr(sinusoidal_encoder, f"SinusoidalEncoder{TASKS[config.task].head}")
         prefix = model_class.base_model_prefix
         weights = {f"{prefix}.{name}": tensor for name, tensor in encoder.state_dict().items()}
-        return model_class.from_pretrained(None, config=model_config, state_dict=weights)
+        model, info = model_class.from_pretrained(
+            None, config=model_config, state_dict=weights, output_loading_info=True
+        )
+        return model, new_modules(info)
+
+
+def new_modules(info: dict[str, Any]) -> list[str]:
+    """The modules whose weights the folder did not give (missing, or of another shape) and transformers
+    initialised, from its loading info (`output_loading_info`)."""
+    mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
+    return sorted({key.rsplit(".", 1)[0] for key in [*info.get("missing_keys", ()), *mismatched]})
+
+
+def head_line(new: list[str]) -> str:
+    """The header's line on the head: the modules new on the folder's encoder (`new_modules`), or the folder's own."""
+    if not new:
+        return "Head = the folder's own, trained further"
+    return f"Head = new on the folder's encoder, initialised at random: {', '.join(new)}"
 
 
 def finetune(
@@ -193,9 +216,10 @@ def finetune(
     if model_init is None:
         if plan.new_head is not None:
             accelerator.print(plan.new_head)
-        model = load_task_model(config, model_config, plan)
+        model, new = load_task_model(config, model_config, plan)
+        header = [*prepared.header, head_line(new)]
     else:
-        model = model_init(model_config)
+        model, header = model_init(model_config), prepared.header
 
     generator = torch.Generator()
     train_loader, eval_loader = make_loaders(
@@ -204,7 +228,7 @@ def finetune(
     optimizer = make_optimizer(model, config)
     model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
     task = prepared.make_task(generator)
-    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, prepared.header)
+    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
     final = trained.metrics
     if prepared.extra_scores is not None and accelerator.is_main_process:
         extra = optional_step("score the baselines", prepared.extra_scores, final)
@@ -231,7 +255,7 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
         raise UsageError(f"{error.what}: give data with the head's labels.") from error
     if plan.fresh:  # a head of another task: never scored
         raise UsageError(f"{config.model_flag} {config.model_name_or_path!r} has no trained {config.task} head.")
-    model = load_task_model(config, model_config, plan)
+    model, _ = load_task_model(config, model_config, plan)  # every weight the folder's: its files were checked
     loader = torch.utils.data.DataLoader(
         prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
     )
