@@ -22,6 +22,9 @@ def damage(folder, kind: str) -> str:
     if kind == "empty weights":
         (folder / "model.safetensors").write_bytes(b"")
         return "model.safetensors is empty (0 bytes): the weights are missing; save or download the folder again."
+    if kind == "no config":  # a folder of something else
+        (folder / "config.json").unlink()
+        return "the folder has no config.json: it is not a model folder; name a folder that save_pretrained wrote"
     if kind == "garbled weights":
         weights = folder / "model.safetensors"
         weights.write_bytes(b"\xff" * 8 + weights.read_bytes()[8:])
@@ -71,6 +74,7 @@ CASES = [
     for name in ("fill_mask", "export_onnx", "finetune", "pretrain --model_name_or_path")
     for kind in ("truncated config", "empty weights", "garbled weights")
 ] + [(name, "no tokenizer") for name in ("fill_mask", "finetune", "pretrain --tokenizer_name")]
+CASES += [(name, "no config") for name in ("finetune", "pretrain --model_name_or_path")]  # the others: their own line
 
 
 @pytest.mark.parametrize(("name", "kind"), CASES)
@@ -228,3 +232,18 @@ def test_token_classification_needs_one_tag_per_word(tmp_path, tokenizer, monkey
         f"finetune.py: error: --train_file {str(train)!r}, row 4: 3 words in 'tokens' and 2 tags in 'tags': give one "
         "tag per word."
     ), last
+
+
+def test_a_folder_without_config_json_is_a_model_folder_only_in_sentence_transformers_layout(tmp_path):
+    """A folder of something else is not a model folder; one of sentence-transformers' old layout (modules.json, the
+    transformer in a folder of its own, no config.json beside it) is, as `SentenceTransformer` loads it."""
+    from sinusoidal_encoder_training.cli.command_line import local_damage
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert local_damage(str(other), "model").startswith("the folder has no config.json: it is not a model folder")
+    layout = tmp_path / "sentence-transformers"
+    (layout / "0_Transformer").mkdir(parents=True)
+    (layout / "modules.json").write_text("[]")
+    assert local_damage(str(layout), "model") is None

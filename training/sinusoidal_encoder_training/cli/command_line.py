@@ -266,6 +266,12 @@ def local_damage(path: str, what: str) -> str | None:
     """What is wrong with the local model or tokenizer folder `path`, as far as its files show, or None."""
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     config = os.path.join(folder, "config.json")
+    sentence_transformers = os.path.isfile(os.path.join(folder, "modules.json"))  # its modules in folders of their own
+    if what != "tokenizer" and os.path.isdir(path) and not os.path.isfile(config) and not sentence_transformers:
+        return (
+            "the folder has no config.json: it is not a model folder; name a folder that save_pretrained wrote "
+            "(a run's --output_dir), or a Hub id."
+        )
     if what != "tokenizer" and os.path.isfile(config):
         try:
             with open(config, encoding="utf-8") as handle:
