@@ -116,6 +116,6 @@ COMMAND = CommandEntry(
     "evaluate",
     "stages.evaluate",
     EvaluationConfig,
-    "score a pretrained model on a dataset, at several lengths",
+    "score a model folder on a dataset: a pretrained one at several lengths, a fine-tuned one by its task",
     ("training",),
 )
