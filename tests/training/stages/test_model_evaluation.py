@@ -162,3 +162,50 @@ def test_a_fine_tuned_head_is_scored_only_on_its_labels(pretrained, tmp_path, fr
         status, _, err = run_command(evaluate.main, "evaluate", [model, *argv], monkeypatch, capsys)
         line = err.strip().splitlines()[-1]  # after datasets' progress bars
         assert status == 2 and line.startswith("evaluate: error: ") and expected in line, (case, err)
+
+
+def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
+    pretrained, tmp_path, fresh_accelerate, monkeypatch, capsys
+):
+    """`--validation_file` alone scores a fine-tuned folder on the whole file (as the run scored that file); with
+    `--train_file` alone, the share a fine-tuning run holds out; each says how many examples, and of what. A
+    masked-LM folder, whose unigram baseline counts a training split, is refused the file alone in one line."""
+    data = example_data("text-classification")
+    model = str(tmp_path / "model")
+    config = FinetuningConfig(
+        model_name_or_path=pretrained, output_dir=model, max_train_steps=1, per_device_train_batch_size=8, **data
+    )
+    result = finetuning.finetune(config)
+    finetuning.export(config, result)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    validation, train = data["validation_file"], data["train_file"]
+    rows = len(Path(validation).read_text().splitlines())
+    cases = {
+        "the file alone": (
+            ["--validation_file", validation],
+            f"scoring {rows} examples: the whole of {validation!r}",
+        ),
+        "the run's files": (
+            ["--train_file", train, "--validation_file", validation],
+            f"scoring {rows} examples: --validation_file {validation!r}",
+        ),
+        "a training file alone": (
+            ["--train_file", validation],
+            "example: the 5% of --train_file",
+        ),
+    }
+    scores = {}
+    for case, (argv, expected) in cases.items():
+        status, out, err = run_command(
+            evaluate.main, "evaluate", [model, "--max_length", "48", *argv], monkeypatch, capsys
+        )
+        assert status == 0, (case, err[-3000:])
+        assert any(expected in line for line in out.splitlines()), (case, out)
+        scores[case] = out.strip().splitlines()[-1]
+    assert scores["the file alone"] == scores["the run's files"]  # the same examples, the same figures
+    assert scores["the run's files"].startswith("text-classification: ")
+    status, _, err = run_command(
+        evaluate.main, "evaluate", [pretrained, "--validation_file", validation], monkeypatch, capsys
+    )
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is a masked-LM folder, whose unigram baseline counts the tokens of the training split" in err

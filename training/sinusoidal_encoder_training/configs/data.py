@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source
 from sinusoidal_encoder_training.cli.command_line import UsageError
@@ -20,6 +20,8 @@ class DataConfig(FlagConfig):
     names must exist, be readable and of a known format."""
 
     _argument_group_name = "data (with no data flag: the built-in offline corpus)"
+    # whether --validation_file may come alone: a command that only scores the data, and reads no training split
+    validation_file_alone: ClassVar[bool] = False
 
     dataset_name: str | None = dataclasses.field(
         default=None, metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'.", "reads": True}
@@ -64,7 +66,7 @@ class DataConfig(FlagConfig):
         super().__post_init__()
         if self.dataset_name and (self.train_file or self.validation_file):
             raise UsageError("Pass either --dataset_name or --train_file/--validation_file, not both.")
-        if self.validation_file and not self.train_file:
+        if self.validation_file and not self.train_file and not self.validation_file_alone:
             raise UsageError("--validation_file needs --train_file.")
         check_model_source("--dataset_name", self.dataset_name, repo_type="dataset")
         for flag in ("train_file", "validation_file"):
@@ -96,6 +98,8 @@ class DataConfig(FlagConfig):
                     f"--validation_file {self.validation_file!r} has the columns {other}, --train_file "
                     f"{self.train_file!r} has {columns}: give both files the same columns."
                 )
+        elif self.validation_file:  # alone (`validation_file_alone`)
+            check_data_file("--validation_file", self.validation_file)
         if self.streaming and not (self.dataset_name or self.train_file):
             raise UsageError("--streaming needs --dataset_name or --train_file (the built-in corpus is small).")
         check_datasets_cache()

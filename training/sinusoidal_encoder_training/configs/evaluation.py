@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import ClassVar
 
 from sinusoidal_encoder_training.cli.arguments import (
     Cleared,
@@ -34,10 +35,13 @@ class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
     A masked-LM folder's validation split is packed into blocks of each length and masked by the keys pretraining
     uses (seed, block): with pretraining's --seed, --mlm_probability and data, the figures at the training length
     are those of the run's final evaluation. A fine-tuned folder's head must have been trained for the data's labels
-    (the same names, in any order).
+    (the same names, in any order); `--validation_file` alone scores it on the whole file (a test set), where
+    `--train_file` alone scores the share of it held out for validation, as a fine-tuning run on it would. The
+    command says how many examples it scored, and of what.
     """
 
     _argument_group_name = "model and evaluation"
+    validation_file_alone: ClassVar[bool] = True  # a fine-tuned folder scored on a file of its own
 
     model: str = dataclasses.field(
         metadata={

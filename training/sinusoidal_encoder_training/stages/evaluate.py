@@ -75,6 +75,8 @@ def finetuning_config(config: EvaluationConfig, task: str) -> FinetuningConfig:
     """The configuration of a fine-tuning run of `task` on the evaluated data, whose final evaluation the command
     reproduces (checked as a fine-tuning run is: the task's flags). Its output folder is never written."""
     values = {name: getattr(config, name) for name in SHARED}
+    if config.validation_file and not config.train_file:  # the file alone, scored whole: the recipes read the task's
+        values["train_file"] = config.validation_file  # columns and labels from a training split, never trained on
     return EvaluatedFolderConfig(**values, task=task, model_name_or_path=config.model, output_dir=os.curdir)
 
 
@@ -128,6 +130,12 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     accelerator = accelerator or Accelerator()
     task = folder_task(config)
     if task is None:
+        if config.validation_file and not config.train_file:
+            raise UsageError(
+                f"MODEL {config.model!r} is a masked-LM folder, whose unigram baseline counts the tokens of the "
+                "training split: pass the run's --train_file with --validation_file (--validation_file alone scores "
+                "fine-tuned folders)."
+            )
         return evaluate_masked_lm(config, accelerator)
     metrics = evaluate_finetuned(finetuning_config(config, task), accelerator)
     accelerator.print(f"{task}: {format_metrics(metrics)}")

@@ -90,6 +90,26 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
     return raw
 
 
+def validation_source(config: FinetuningConfig) -> str:
+    """Where the validation split of `load_task_data` comes from, in words."""
+    if config.builtin:
+        return "the validation passages of the built-in task"
+    if config.validation_file:
+        if config.validation_file == config.train_file:
+            return f"the whole of {config.validation_file!r}"
+        return f"--validation_file {config.validation_file!r}"
+    share, seed = config.validation_split_percentage, config.seed
+    if config.dataset_name:
+        return (
+            f"the validation split of --dataset_name {config.dataset_name!r} (without one: the {share}% of its "
+            f"training split held out, seed {seed})"
+        )
+    return (
+        f"the {share}% of --train_file {config.train_file!r} that a fine-tuning run on it holds out for validation "
+        f"(seed {seed}); --validation_file alone scores a whole file"
+    )
+
+
 def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
     """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
     (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
@@ -255,6 +275,8 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
         raise UsageError(f"{error.what}: give data with the head's labels.") from error
     if plan.fresh:  # a head of another task: never scored
         raise UsageError(f"{config.model_flag} {config.model_name_or_path!r} has no trained {config.task} head.")
+    count = len(raw["validation"])
+    accelerator.print(f"scoring {count:,} example{'s' * (count != 1)}: {validation_source(config)}")
     model, _ = load_task_model(config, model_config, plan)  # every weight the folder's: its files were checked
     loader = torch.utils.data.DataLoader(
         prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
