@@ -193,6 +193,10 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
             ["--train_file", validation],
             "example: the 5% of --train_file",
         ),
+        "a draw of the file": (
+            ["--validation_file", validation, "--max_eval_samples", "3"],
+            f"scoring 3 examples: drawn at random by --max_eval_samples from the whole of {validation!r}",
+        ),
     }
     scores = {}
     for case, (argv, expected) in cases.items():

@@ -275,8 +275,10 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
         raise UsageError(f"{error.what}: give data with the head's labels.") from error
     if plan.fresh:  # a head of another task: never scored
         raise UsageError(f"{config.model_flag} {config.model_name_or_path!r} has no trained {config.task} head.")
-    count = len(raw["validation"])
-    accelerator.print(f"scoring {count:,} example{'s' * (count != 1)}: {validation_source(config)}")
+    count, source = len(raw["validation"]), validation_source(config)
+    if count == config.max_eval_samples:
+        source = f"drawn at random by --max_eval_samples from {source}"
+    accelerator.print(f"scoring {count:,} example{'s' * (count != 1)}: {source}")
     model, _ = load_task_model(config, model_config, plan)  # every weight the folder's: its files were checked
     loader = torch.utils.data.DataLoader(
         prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
