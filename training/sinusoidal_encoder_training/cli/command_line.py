@@ -106,6 +106,13 @@ def quiet_loading() -> Iterator[None]:
             transformers_logging.enable_progress_bar()
 
 
+def initialised_weights(info: dict) -> list[str]:
+    """The weights transformers initialised at random when it loaded a model (missing from the folder, or of another
+    shape), from its loading info (`from_pretrained(..., output_loading_info=True)`), sorted."""
+    mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
+    return sorted({*info.get("missing_keys", ()), *mismatched})
+
+
 def check_local_files(
     flag: str, path: str | os.PathLike | None, what: str = "model", replaced_head: bool = False
 ) -> None:

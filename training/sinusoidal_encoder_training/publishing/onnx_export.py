@@ -23,6 +23,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     UsageError,
     check_local_files,
     front,
+    initialised_weights,
     loading,
     quiet_loading,
     require_extra,
@@ -61,8 +62,7 @@ def load_trained(auto_class: type, source: str, instead: str, name: str = "MODEL
     `instead` says what to use instead; the refusal names the weights."""
     with quiet_loading():
         model, info = auto_class.from_pretrained(source, output_loading_info=True, ignore_mismatched_sizes=True)
-    mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
-    new = sorted({*info.get("missing_keys", ()), *mismatched})
+    new = initialised_weights(info)
     if new:
         shown = ", ".join(new[:3]) + (f", ... ({len(new)} in all)" if len(new) > 3 else "")
         raise UsageError(

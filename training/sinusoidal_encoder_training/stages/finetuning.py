@@ -37,6 +37,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     check_local_files,
     check_tokenizer_fits,
     front,
+    initialised_weights,
     loading,
     quiet_loading,
 )
@@ -194,8 +195,7 @@ def load_task_model(config: FinetuningConfig, model_config: Any, plan: HeadPlan)
 def new_modules(info: dict[str, Any]) -> list[str]:
     """The modules whose weights the folder did not give (missing, or of another shape) and transformers
     initialised, from its loading info (`output_loading_info`)."""
-    mismatched = [key if isinstance(key, str) else key[0] for key in info.get("mismatched_keys", ())]
-    return sorted({key.rsplit(".", 1)[0] for key in [*info.get("missing_keys", ()), *mismatched]})
+    return sorted({key.rsplit(".", 1)[0] for key in initialised_weights(info)})
 
 
 def head_line(new: list[str]) -> str:
