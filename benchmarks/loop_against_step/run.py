@@ -16,8 +16,10 @@ it logs after its first logging window (warm-up), as `metrics.jsonl` has it. The
 preset `--size` with `--config_overrides`, the shipped tokenizer's vocabulary) and optimizer (`make_optimizer`)
 stepping on one fixed masked batch of the same shape (fine-tuning: a batch of the loop's own rows, the most typical
 of 16), through the same `Accelerator` (its autocast and backward), timed between two device synchronisations:
-forward, backward, optimizer step. The ratio of the two is the share of the step's speed the loop keeps (1.00: the
-loop adds nothing).
+forward, backward, optimizer step; eager, it is timed before the loop and again after it, and its figure is the
+median of both's groups (on a machine whose speed drifts, 2 shared Xeon cores on 2026-11-29, one timing before the
+loop gave 0.84 and the next run 1.11). The ratio of the two is the share of the step's speed the loop keeps (1.00:
+the loop adds nothing).
 
 With `--torch_compile` both are compiled the same way: the loop through its own `--torch_compile` flags (accelerate's
 dynamo plugin, dynamic shapes, `compilation.compile_once_per_mode`), the bare step through an `Accelerator` with the
@@ -460,11 +462,16 @@ def measure(args: argparse.Namespace) -> dict:
                 distinct = step_speed(args, distinct=args.step_batches)
             torch._dynamo.reset()  # the loop's model compiles anew, not from the bare step's graphs
             loop = loop_speed(args, folder)
+            # eager, the bare step again after the loop: a machine whose speed drifts during the run (a shared CPU)
+            # weighs on both sides alike (compiled, a second step would compile again from nothing: not timed)
+            after = None if args.torch_compile else step_speed(args)
     finally:
         torch._inductor.config.force_disable_caches = caches
     gpu = torch.cuda.is_available()
     target = TARGETS.get(args.size, TARGETS["small"]) if gpu else CPU_TARGET
-    ratio = loop["tokens_per_second"] / step["tokens_per_second"]
+    repeats = step["repeats"] + (after["repeats"] if after else [])
+    reference = {"tokens_per_second": statistics.median(repeats)}  # the groups before the loop and after it
+    ratio = loop["tokens_per_second"] / reference["tokens_per_second"]
     return {
         "date": time.strftime("%Y-%m-%d"),
         "commit": git_commit(),
@@ -480,17 +487,19 @@ def measure(args: argparse.Namespace) -> dict:
         "torch_compile": args.torch_compile,
         "torch_compile_backend": args.torch_compile_backend if args.torch_compile else None,
         "torch_compile_mode": (args.torch_compile_mode or "default") if args.torch_compile else None,
-        "step_tokens_per_second": step["tokens_per_second"],
-        "step_repeats": step["repeats"],
+        "step_tokens_per_second": reference["tokens_per_second"],
+        "step_repeats": repeats,
+        "step_before_tokens_per_second": step["tokens_per_second"],
+        "step_after_tokens_per_second": after["tokens_per_second"] if after else None,
         "step_first_window_seconds": step["first_window_seconds"],
         "step_steady_window_seconds": step["steady_window_seconds"],
         "step_profile": step["profile"],
         "loop_profile": loop["profile"],
         "step_variants": [
-            {"overrides": variant["overrides"], **beside_the_step(variant, step)} for variant in variants
+            {"overrides": variant["overrides"], **beside_the_step(variant, reference)} for variant in variants
         ],
         "step_batches": args.step_batches,
-        "step_over_batches": None if distinct is None else beside_the_step(distinct, step),
+        "step_over_batches": None if distinct is None else beside_the_step(distinct, reference),
         "loop_tokens_per_second": loop["tokens_per_second"],
         "loop_windows": loop["windows"],
         "loop_window_seconds": loop["window_seconds"],
@@ -520,6 +529,19 @@ def compared_row(label: str, timed: dict) -> str:
         f"| {label} | {timed['tokens_per_second']:,.0f} ({timed['against_step']:.2f} of the step) | "
         f"{timed['first_window_seconds']:.2f} s | {timed['steady_window_seconds']:.2f} s |"
     )
+
+
+def before_and_after(result: dict) -> list[str]:
+    """The report's sentence on the bare step timed before the loop and again after it (eager runs), or nothing."""
+    after = result.get("step_after_tokens_per_second")
+    if after is None:
+        return []
+    return [
+        f"The bare step was timed before the loop ({result['step_before_tokens_per_second']:,.0f} tokens/s) and "
+        f"again after it ({after:,.0f}); its figure is the median of the {len(result['step_repeats'])} groups of "
+        "both, so that a drift of the machine's speed during the run weighs on both sides alike.",
+        "",
+    ]
 
 
 def how_compiled(result: dict) -> str:
@@ -560,6 +582,7 @@ def report(result: dict) -> str:
             if over
         ),
         "",
+        *before_and_after(result),
         f"The loop keeps {result['ratio']:.2f} of the step's speed; target {result['target']:.2f}: **{verdict}**.",
         "",
         f"Warm-up (the first {window} steps beyond {window} steady ones): the bare step "

@@ -5,6 +5,7 @@ is one line. Mechanics only: no time is asserted."""
 from __future__ import annotations
 
 import json
+import statistics
 from itertools import pairwise
 from pathlib import Path
 
@@ -18,10 +19,20 @@ SHORT = ["--batch_size", "8", "--length", "16", "--steps", "20", "--repeats", "2
 
 
 def check_record(folder, result: dict) -> str:
-    """The record as written, its figures consistent with each other; returns the report."""
+    """The record as written, its figures consistent with each other (eager: the bare step timed before the loop
+    and after it, its figure the median of both's groups); returns the report."""
     written = json.loads((folder / "loop-against-step.json").read_text())
     text = (folder / "loop-against-step.md").read_text()
     assert written == result and written["batch"] == [8, 16] and len(written["loop_windows"]) == 2
+    if written["torch_compile"]:
+        assert written["step_after_tokens_per_second"] is None and len(written["step_repeats"]) == 2
+        assert written["step_tokens_per_second"] == statistics.median(written["step_repeats"])
+    else:
+        repeats = written["step_repeats"]
+        assert len(repeats) == 4 and written["step_tokens_per_second"] == statistics.median(repeats)
+        assert written["step_before_tokens_per_second"] == statistics.median(repeats[:2])
+        assert written["step_after_tokens_per_second"] == statistics.median(repeats[2:])
+        assert f"again after it ({written['step_after_tokens_per_second']:,.0f})" in text
     assert f"| the {written['task']} loop |" in text
     assert written["ratio"] == pytest.approx(written["loop_tokens_per_second"] / written["step_tokens_per_second"])
     assert written["target_met"] == (written["ratio"] >= written["target"])
@@ -70,8 +81,8 @@ def test_step_variants_and_the_profile_show_where_the_steps_time_goes(tmp_path, 
     argv = ["--task", "finetuning", *TINY, *SHORT, "--output_dir", str(tmp_path), "--profile", "--step_batches", "3"]
     result = loop_against_step.main([*argv, "--step_variants", *variants])
     text = check_record(tmp_path, result)
-    assert [len(batches) for batches in drawn] == [1, 1, 1, 3]  # the step's, the variants', 3 in turn
-    assert all(torch.equal(batches[0]["input_ids"], drawn[0][0]["input_ids"]) for batches in drawn[:3])
+    assert [len(batches) for batches in drawn] == [1, 1, 1, 3, 1]  # the step's, variants', 3 in turn, after the loop
+    assert all(torch.equal(batches[0]["input_ids"], drawn[0][0]["input_ids"]) for batches in [*drawn[:3], drawn[4]])
     assert not any(torch.equal(a["input_ids"], b["input_ids"]) for a, b in pairwise(drawn[3]))
     over = result["step_over_batches"]
     assert result["step_batches"] == 3 and over["against_step"] == pytest.approx(
