@@ -4,6 +4,7 @@ line, before any data is read."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -213,3 +214,73 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
     )
     assert status == 2 and len(err.strip().splitlines()) == 1, err
     assert "is a masked-LM folder, whose unigram baseline counts the tokens of the training split" in err
+
+
+# a slice of each task's validation file without one of the head's labels: one class only, no place names
+SLICES = {
+    "text-classification": lambda row: row["label"] == "positive",
+    "token-classification": lambda row: not any(tag.endswith("-LOC") for tag in row["tags"]),
+    "span-classification": lambda row: all(span["label"] != "LOC" for span in row["spans"]),
+}
+
+
+@pytest.mark.parametrize("task", list(SLICES))
+def test_data_with_some_of_the_heads_labels_is_the_heads_to_score_and_train(
+    task, pretrained, tmp_path, fresh_accelerate, monkeypatch, capsys
+):
+    """A test file without one of the head's labels (one class only, no place names) is scored by the whole head,
+    as a file with all of them: for a classifier, the accuracy and loss of the model on those rows by hand; and a run
+    fine-tunes the head further on it, keeping every output. A label the head lacks is still refused (above)."""
+    data = example_data(task)
+    model = str(tmp_path / "model")
+    config = FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        output_dir=model,
+        max_train_steps=1,
+        per_device_train_batch_size=8,
+        **data,
+    )
+    finetuning.export(config, finetuning.finetune(config))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    rows = [json.loads(line) for line in Path(data["validation_file"]).read_text().splitlines()]
+    kept = [row for row in rows if SLICES[task](row)]
+    assert 0 < len(kept) < len(rows)
+    part = tmp_path / "part.jsonl"
+    part.write_text("".join(json.dumps(row) + "\n" for row in kept))
+    flags = [f"--{k}={v}" for k, v in EXAMPLE_FLAGS.get(task, {}).items()]
+    argv = [model, "--max_length", "48", "--validation_file", str(part), *flags]
+    status, out, err = run_command(evaluate.main, "evaluate", argv, monkeypatch, capsys)
+    assert status == 0, err[-3000:]
+    assert f"scoring {len(kept)} examples: the whole of {str(part)!r}" in out
+    assert out.strip().splitlines()[-1].startswith(f"{task}: "), out
+    if task == "text-classification":
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        classifier = AutoModelForSequenceClassification.from_pretrained(model).eval()
+        assert list(classifier.config.id2label.values()) == ["negative", "positive"]
+        batch = AutoTokenizer.from_pretrained(model)(
+            [row["text"] for row in kept], truncation=True, max_length=48, padding=True, return_tensors="pt"
+        )
+        with torch.no_grad():
+            logits = classifier(**batch).logits
+        labels = torch.tensor([classifier.config.label2id[row["label"]] for row in kept])
+        loss = torch.nn.functional.cross_entropy(logits, labels).item()
+        accuracy = (logits.argmax(-1) == labels).double().mean().item()
+        AcceleratorState._reset_state(reset_partial_state=True)
+        scored = evaluate.evaluate_model(EvaluationConfig(model=model, validation_file=str(part), max_length=48))
+        assert scored["eval_accuracy"] == pytest.approx(accuracy) and scored["eval_loss"] == pytest.approx(loss)
+    # fine-tuned further on the slice alone: the head keeps every output
+    AcceleratorState._reset_state(reset_partial_state=True)
+    again = dataclasses.replace(
+        config,
+        model_name_or_path=model,
+        output_dir=str(tmp_path / "again"),
+        train_file=str(part),
+        validation_file=None,
+        per_device_train_batch_size=1,
+    )
+    result = finetuning.finetune(again)
+    trained = json.loads((Path(model) / "config.json").read_text())["id2label"]
+    assert result.model.config.id2label == {int(i): name for i, name in trained.items()}

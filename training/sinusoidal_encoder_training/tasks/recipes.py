@@ -75,26 +75,37 @@ def describe_labels(problem: str | None, labels: list[str] | None) -> str:
     return f"{len(labels)} labels {shown}{kind}"
 
 
+def head_labels(config: FinetuningConfig, folder_config: Any) -> list[str] | None:
+    """The label names of the folder's head when it is a trained head of --task that has labels (a run keeps it
+    for data of those labels, or of some of them: `same_head`), else None. The recipes' label checks take them as
+    known: a file without one of the head's labels, or of one of them only, is still data for that head."""
+    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
+    if config.task not in LABELLED or task_of_architecture(architecture) != config.task:
+        return None
+    return folder_labels(folder_config)
+
+
 def same_head(folder_config: Any, problem: str | None, labels: list[str] | None) -> bool:
-    """Whether the folder's head was trained for the run's labels: the same names in any order (each keeps its
-    output, mapped by name), or one output for regression; the same problem type where both say."""
+    """Whether the folder's head was trained for the run's labels: each of the data's labels is one of the head's
+    (each keeps its output, mapped by name; a label of the head the data lacks keeps its output too), or one output
+    for regression; the same problem type where both say."""
     theirs_problem = getattr(folder_config, "problem_type", None)
     if theirs_problem is not None and problem is not None and theirs_problem != problem:
         return False
     if problem == "regression" or labels is None:
         return folder_config.num_labels == 1
-    return sorted(folder_labels(folder_config)) == sorted(labels)
+    return set(labels) <= set(folder_labels(folder_config))
 
 
 def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None, labels: list[str] | None) -> HeadPlan:
     """The one rule for the head in --model_name_or_path (config.json's `architectures` and labels), before the
-    data is tokenised: a head trained for this task and the run's labels (`problem`, `labels`; None for a task of
-    none) is fine-tuned further, its outputs mapped to the labels by name, never by index; a head of another task
-    (a classifier for question answering, a token classifier for sequences) is never used: a new head starts on
-    the encoder, with one line saying so; a head of this task trained for other labels (another count, other
-    names, another problem type) is refused, naming both label sets, unless `--ignore_mismatched_sizes`, which
-    starts a new head (one line). A folder with no task head (a pretrained masked-LM folder, the bare encoder)
-    gets a new head, as always."""
+    data is tokenised: a head trained for this task and for the run's labels (`problem`, `labels`; None for a task
+    of none), or for more (a test file without one of its classes), is fine-tuned further or scored with all of its
+    outputs, mapped to the labels by name, never by index; a head of another task (a classifier for question
+    answering, a token classifier for sequences) is never used: a new head starts on the encoder, with one line
+    saying so; a head of this task that lacks one of the data's labels (or of another problem type) is refused,
+    naming both label sets, unless `--ignore_mismatched_sizes`, which starts a new head (one line). A folder with
+    no task head (a pretrained masked-LM folder, the bare encoder) gets a new head, as always."""
     source = config.model_name_or_path
     architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
     own = task_of_architecture(architecture)

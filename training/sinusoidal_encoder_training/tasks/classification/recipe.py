@@ -24,7 +24,14 @@ from sinusoidal_encoder_training.evaluation.metrics import (
 )
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
-from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs, plan_head
+from sinusoidal_encoder_training.tasks.recipes import (
+    STAGE,
+    Prepared,
+    check_texts,
+    head_labels,
+    model_inputs,
+    plan_head,
+)
 
 BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 
@@ -37,7 +44,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     label_col = label_column(raw["train"], config)
     if label_col not in raw["validation"].column_names:
         raise UsageError(f"The validation split has no label column {label_col!r}.")
-    problem, label_names = label_space(raw, label_col, config)
+    problem, label_names = label_space(raw, label_col, config, head_labels(config, model_config))
     if problem == "token_classification":
         check_one_tag_per_word(raw, text_col, label_col, config)
     else:
@@ -104,8 +111,12 @@ def label_column(dataset: datasets.Dataset, config: FinetuningConfig) -> str:
     raise UsageError(f"No label column found (looked for {candidates}; columns: {names}): pass --label_column_name.")
 
 
-def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig) -> tuple[str, list[str] | None]:
-    """(problem type, label names or None for regression), with unseen evaluation labels refused."""
+def label_space(
+    raw: datasets.DatasetDict, column: str, config: FinetuningConfig, known: list[str] | None = None
+) -> tuple[str, list[str] | None]:
+    """(problem type, label names or None for regression), with unseen evaluation labels refused, and a training
+    split of a single class; but labels `known` (those of the folder's trained head, `head_labels`) are not unseen,
+    and data of the head's labels, some or all, is the head's to learn or score (`plan_head` takes its labels)."""
     feature = raw["train"].features[column]
     inner = feature.feature if isinstance(feature, (datasets.Sequence, datasets.List)) else feature
     train_values, eval_values = raw["train"][column], raw["validation"][column]
@@ -139,6 +150,8 @@ def label_space(raw: datasets.DatasetDict, column: str, config: FinetuningConfig
     else:
         names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
     check_distinct_labels(sorted({str(n) for n in [*names, *train_set, *eval_set]}), config)
+    if known is not None and {str(n) for n in [*names, *train_set, *eval_set]} <= set(known):
+        return problem, [str(n) for n in names]  # the head's labels, or some of them
     unseen = eval_set - set(names) - train_set
     if unseen:
         raise UsageError(

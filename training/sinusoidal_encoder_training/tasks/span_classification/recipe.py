@@ -26,7 +26,14 @@ from sinusoidal_encoder_training.data.batches import BatchedRows, PaddingCollato
 from sinusoidal_encoder_training.data.pipeline import derive_seed
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask
-from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs, plan_head
+from sinusoidal_encoder_training.tasks.recipes import (
+    STAGE,
+    Prepared,
+    check_texts,
+    head_labels,
+    model_inputs,
+    plan_head,
+)
 
 TEXT, SPANS = "text", "spans"  # the default columns
 # the tokenised rows: the text's first and last token, and each labelled span as (first token, width - 1, label id)
@@ -66,9 +73,10 @@ def well_formed(span: Any, text: str) -> bool:
     return 0 <= start < end <= len(text) and isinstance(label, str) and bool(label)
 
 
-def check_spans(raw: datasets.DatasetDict, text_col: str, spans_col: str) -> list[str]:
+def check_spans(raw: datasets.DatasetDict, text_col: str, spans_col: str, known: list[str] | None = None) -> list[str]:
     """The label names of the training split, in sorted order, or a `UsageError` naming the split and row of a span
-    that is not `{"start", "end", "label"}` within its text, or of a label the training split never shows."""
+    that is not `{"start", "end", "label"}` within its text, or of a label the training split never shows and the
+    folder's trained head does not know either (`known`, `head_labels`)."""
     check_texts(raw, [text_col])
     labels: dict[str, set[str]] = {}
     for split in ("train", "validation"):
@@ -84,7 +92,7 @@ def check_spans(raw: datasets.DatasetDict, text_col: str, spans_col: str) -> lis
                 seen.add(span["label"])
     if not labels["train"]:
         raise UsageError(f"The training split has no labelled span in {spans_col!r}: nothing to learn.")
-    unseen = labels["validation"] - labels["train"]
+    unseen = labels["validation"] - labels["train"] - set(known or ())
     if unseen:
         raise UsageError(
             f"The validation split has span labels the training split never shows: {sorted(unseen)[:10]}. A model "
@@ -249,7 +257,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     """The rows and their spans checked, the labels set on the model config (and --max_span_width, when given), the
     texts tokenised with each span as its tokens, and what the loop and the card need."""
     text_col, spans_col = columns(raw, config)
-    label_names = check_spans(raw, text_col, spans_col)
+    label_names = check_spans(raw, text_col, spans_col, head_labels(config, model_config))
     if not tokenizer.is_fast:
         raise UsageError("span-classification needs a fast tokenizer (its offsets map the spans to tokens).")
     # the folder's head: kept for the same labels (in its order), refused or replaced for others
