@@ -13,6 +13,7 @@ from accelerate.state import AcceleratorState
 from conftest import REPO, folder_digest, metrics, run_command, tiny_pretraining, write_text_corpus
 
 from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
+from sinusoidal_encoder_training.data import pipeline
 from sinusoidal_encoder_training.stages import evaluate, finetuning, pretraining
 from sinusoidal_encoder_training.tasks.registry import FINETUNED
 
@@ -199,7 +200,14 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
             f"scoring 3 examples: drawn at random by --max_eval_samples from the whole of {validation!r}",
         ),
     }
-    scores = {}
+    scores, read = {}, []
+    load_dataset = pipeline.datasets.load_dataset
+
+    def recorded(*args, **kwargs):
+        read.append(kwargs.get("data_files"))
+        return load_dataset(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline.datasets, "load_dataset", recorded)
     for case, (argv, expected) in cases.items():
         status, out, err = run_command(
             evaluate.main, "evaluate", [model, "--max_length", "48", *argv], monkeypatch, capsys
@@ -208,6 +216,7 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
         assert any(expected in line for line in out.splitlines()), (case, out)
         scores[case] = out.strip().splitlines()[-1]
     assert scores["the file alone"] == scores["the run's files"]  # the same examples, the same figures
+    assert read[0] == {"train": validation}  # the file alone: read once, as both splits
     assert scores["the run's files"].startswith("text-classification: ")
     status, _, err = run_command(
         evaluate.main, "evaluate", [pretrained, "--validation_file", validation], monkeypatch, capsys

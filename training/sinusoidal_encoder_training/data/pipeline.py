@@ -36,7 +36,7 @@ def load_raw_datasets(
         source, kwargs = config.dataset_name, {"name": config.dataset_config_name}
     else:
         files = {"train": config.train_file}
-        if config.validation_file:
+        if config.validation_file and config.validation_file != config.train_file:
             files["validation"] = config.validation_file
         source, kwargs = LOCAL_FORMATS[_extension(config.train_file)], {"data_files": files}
     try:
@@ -51,6 +51,8 @@ def load_raw_datasets(
                 check_finite_numbers(raw[split], _split_source(config, split))
     if "validation" in raw:
         return type(raw)({"train": raw["train"], "validation": raw["validation"]})
+    if config.validation_file and config.validation_file == config.train_file:  # one file as both: read once
+        return type(raw)({"train": raw["train"], "validation": raw["train"]})
     if config.streaming:
         held_out = config.streaming_validation_examples
         return datasets.IterableDatasetDict(
@@ -70,7 +72,7 @@ def _split_source(config: DataConfig, split: str) -> str:
     """Where a split as loaded comes from: its file (flag and path), or the split of the Hub dataset."""
     if config.dataset_name:
         return f"--dataset_name {config.dataset_name!r}, split {split!r},"
-    flag = "--train_file" if split == "train" else "--validation_file"
+    flag = "--train_file" if split == "train" and config.validation_file != config.train_file else "--validation_file"
     return f"{flag} {getattr(config, flag[2:])!r},"
 
 
