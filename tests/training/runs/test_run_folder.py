@@ -232,7 +232,8 @@ def test_machines_of_a_launch_that_formed_no_group_stop_before_training(tmp_path
 
 
 def test_a_run_the_disk_cannot_hold_stops_before_training(tmp_path, corpus, monkeypatch):
-    """The checkpoints a run keeps and its model, estimated before the first step against the disk's free space."""
+    """The checkpoints a run keeps and its model, estimated before the first step against the disk's free space; with
+    `--overwrite_output_dir`, before the folder is emptied, the space of its files counted as free."""
     import shutil
 
     from sinusoidal_encoder_training.stages.pretraining import pretrain
@@ -244,6 +245,18 @@ def test_a_run_the_disk_cannot_hold_stops_before_training(tmp_path, corpus, monk
     with pytest.raises(UsageError, match=r"has 0.00 GB free, and this run writes about 0.0\d GB \(4 checkpoint"):
         pretrain(config)
     assert not list((tmp_path / "out" / "checkpoints").glob("step_*"))
+    # --overwrite_output_dir: checked before the folder is emptied (refused: left as it was), its files' space free
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "notes.txt").write_text("mine")
+    config = tiny_pretraining(corpus, old, max_train_steps=4, checkpointing_steps=1, overwrite_output_dir=True)
+    with pytest.raises(UsageError, match=r"has 0.00 GB free"):
+        pretrain(config)
+    assert (old / "notes.txt").read_text() == "mine"
+    with open(old / "model.safetensors", "wb") as handle:  # an old model of 1 GB (sparse): room enough, once emptied
+        handle.truncate(10**9)
+    pretrain(config)
+    assert sorted(path.name for path in old.glob("*.txt")) == [] and not (old / "model.safetensors").exists()
 
 
 def test_a_failed_final_save_leaves_nothing_half_written_and_says_how_to_save_again(tmp_path, corpus, monkeypatch):
@@ -315,3 +328,54 @@ def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, corpus, monke
         "folder you can write to."
     )
     assert str(out) not in run_folder._held_locks
+
+
+@pytest.mark.parametrize("holds", ["a finished run", "the user's files"])
+def test_overwrite_empties_nothing_when_the_run_stops_on_bad_data(holds, tmp_path, corpus, pretrained):
+    """`--overwrite_output_dir` empties the folder only once the run's data and model are ready: a run that stops on
+    bad data (a validation file without one block, a batch larger than the data, training labels of one class)
+    leaves the folder as it was, a finished run's model and the user's own files alike, and no lock of its own
+    behind once it has ended."""
+    from accelerate.state import AcceleratorState
+
+    from sinusoidal_encoder_training.configs import FinetuningConfig
+    from sinusoidal_encoder_training.runs import run_folder
+    from sinusoidal_encoder_training.stages import finetuning
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    if holds == "a finished run":
+        (folder / "model.safetensors").write_bytes(b"weights")
+        (folder / "checkpoints" / "step_2").mkdir(parents=True)
+        (folder / "checkpoints" / "step_2" / "run.json").write_text("{}")
+        (folder / "checkpoints" / ".lock").write_text("")  # as a run leaves it: released, empty
+    before = folder_digest(folder)
+    short = tmp_path / "short.txt"
+    short.write_text("Too short for a block.\n")
+    try:
+        with pytest.raises(UsageError, match="The validation split holds no complete block"):
+            pretrain(tiny_pretraining(corpus, folder, validation_file=str(short), overwrite_output_dir=True))
+        AcceleratorState._reset_state(reset_partial_state=True)
+        with pytest.raises(UsageError, match="One epoch holds fewer batches than --gradient_accumulation_steps"):
+            pretrain(tiny_pretraining(corpus, folder, per_device_train_batch_size=4096, overwrite_output_dir=True))
+        held = folder_digest(folder)
+        assert held.pop("checkpoints/.lock") and held == {k: v for k, v in before.items() if k != "checkpoints/.lock"}
+        AcceleratorState._reset_state(reset_partial_state=True)
+        one_class = tmp_path / "one_class.jsonl"
+        one_class.write_text("".join(json.dumps({"text": f"text {i}", "label": "a"}) + "\n" for i in range(40)))
+        config = FinetuningConfig(
+            model_name_or_path=pretrained,
+            train_file=str(one_class),
+            output_dir=str(folder),
+            overwrite_output_dir=True,
+            max_train_steps=1,
+        )
+        with pytest.raises(UsageError, match="The training labels hold a single class"):
+            finetuning.finetune(config)
+    finally:
+        run_folder.release_all_locks()  # as when the process ends
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert folder_digest(folder) == before
+    assert (folder / "checkpoints").exists() == (holds == "a finished run")  # no lock of this run's left behind

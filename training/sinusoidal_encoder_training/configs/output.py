@@ -36,8 +36,9 @@ class OutputConfig(FlagConfig):
     overwrite_output_dir: bool = dataclasses.field(
         default=False,
         metadata={
-            "help": "Empty --output_dir first when it holds other files (another run's, a model's, your own): "
-            "without it such a folder is refused. Refused itself when the folder holds what the run reads.",
+            "help": "Empty --output_dir when it holds other files (another run's, a model's, your own), once the "
+            "data and the model are ready (a run stopped by bad data leaves it as it was): without it such a folder "
+            "is refused. Refused itself when the folder holds what the run reads.",
             "clears": "output_dir",
         },
     )

@@ -56,9 +56,9 @@ class TokenizerTrainingConfig(DataConfig):
     overwrite_output_dir: bool = dataclasses.field(
         default=False,
         metadata={
-            "help": "Empty --output_dir first when it holds other files than a tokenizer this command trained (a "
-            "model folder, your own files): without it such a folder is refused. Refused itself when the folder "
-            "holds the data the run reads.",
+            "help": "Empty --output_dir, once the tokenizer is trained, when it holds other files than a tokenizer "
+            "this command trained (a model folder, your own files): without it such a folder is refused. Refused "
+            "itself when the folder holds the data the run reads.",
             "clears": "output_dir",
         },
     )

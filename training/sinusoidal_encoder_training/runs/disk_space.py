@@ -25,14 +25,30 @@ def space_needed(config: TrainingConfig, parameters: int, steps_left: int) -> tu
 
 
 def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -> None:
-    """Before training: the free space of the output folder's disk against what the run will write."""
+    """Before training: the free space of the output folder's disk against what the run will write; with
+    `--overwrite_output_dir`, checked before the folder is emptied, its files' space counted as free."""
     import shutil
 
     needed, how = space_needed(config, parameters, steps_left)
     free = shutil.disk_usage(config.output_dir).free
+    if config.overwrite_output_dir:
+        free += folder_bytes(config.output_dir)
     if free < needed:
         raise UsageError(
             f"--output_dir {config.output_dir} has {free / 1e9:.2f} GB free, and this run writes about "
             f"{needed / 1e9:.2f} GB ({how}): free space, keep fewer checkpoints (--checkpoints_total_limit), or "
             "choose a folder on another disk."
         )
+
+
+def folder_bytes(folder: str) -> int:
+    """The bytes of the files under `folder` (links not followed): what emptying it frees."""
+    import os
+
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                total += os.path.getsize(path)
+    return total

@@ -1,6 +1,7 @@
 """The training loop shared by pretraining and fine-tuning: what a task tells the loop, where training stands, the
 loop in its phases (start the run, one optimizer step, after the step, finish), and what a stage returns. Beside it:
-`accelerator` (the Accelerator, the loaders), `compilation`, `stopping` (on a signal), `divergence`, `disk_space`."""
+`accelerator` (the Accelerator, the loaders), `compilation`, `stopping` (on a signal), `divergence`, `disk_space`,
+`run_folder` (the output folder claimed, emptied with --overwrite_output_dir)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from sinusoidal_encoder_training.runs.disk_space import check_free_space
 from sinusoidal_encoder_training.runs.divergence import LossWatch
 from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics
 from sinusoidal_encoder_training.runs.optimization import make_scheduler
+from sinusoidal_encoder_training.runs.run_folder import empty_claimed_folder
 from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
 
 
@@ -250,11 +252,17 @@ def start_run(
     header: list[str],
     streaming: bool = False,
 ) -> Run:
-    """Everything before the first step: the step plan, the learning-rate scheduler, the progress (registered for
-    checkpoints, loaded with the model's state from the checkpoint `--resume_from_checkpoint` names), the trackers,
-    metrics.jsonl (a resumed run's lines after its checkpoint dropped), the run's header, the check of the disk's
-    free space and the progress bar; the model in training mode."""
+    """Everything before the first step: the step plan, the folder emptied with `--overwrite_output_dir` (after the
+    step plan and the disk's free space are checked: a run refused leaves it as it was), the learning-rate
+    scheduler, the progress (registered for checkpoints, loaded with the model's state from the checkpoint
+    `--resume_from_checkpoint` names), the trackers, metrics.jsonl (a resumed run's lines after its checkpoint
+    dropped), the run's header, the check of the disk's free space and the progress bar; the model in training
+    mode."""
     plan = plan_steps(config, train_loader, streaming)
+    parameters = accelerator.unwrap_model(model).num_parameters()
+    if config.overwrite_output_dir:  # the last checks of the run's input passed: only now is the folder emptied
+        check_free_space(config, parameters, plan.max_train_steps)
+        empty_claimed_folder(accelerator, config)
     scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
@@ -266,8 +274,8 @@ def start_run(
     )
     watch = LossWatch(config, accelerator.mixed_precision, progress.completed_steps)
     print_header(accelerator, config, model, header, plan)
-    parameters = accelerator.unwrap_model(model).num_parameters()
-    check_free_space(config, parameters, plan.max_train_steps - progress.completed_steps)
+    if not config.overwrite_output_dir:
+        check_free_space(config, parameters, plan.max_train_steps - progress.completed_steps)
     bar = tqdm(
         total=plan.max_train_steps,
         initial=progress.completed_steps,

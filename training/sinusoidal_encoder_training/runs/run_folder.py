@@ -5,7 +5,8 @@ or refused.
   (`--resume_from_checkpoint`), or starting it again when it stopped before its first checkpoint and its model
   (bad data found after the folder was claimed, a kill early on). A folder holding anything else (another run's or
   model's files, the user's own, a run of the other stage) is refused in one line unless `--overwrite_output_dir`,
-  which empties it first: nothing of the old run is left to be mixed with the new one.
+  which empties it (`empty_claimed_folder`) once the run's data and model are ready, right before training: nothing
+  of the old run is left to be mixed with the new one, and a run stopped by bad data leaves the folder as it was.
 - The run's settings are written to `checkpoints/run.json` when it starts and into every checkpoint it saves. A
   resume compares the checkpoint's with its own and names, in one line, every setting that differs, except those a
   resume may change (`MAY_CHANGE`): then the continued run is the run that was interrupted.
@@ -18,6 +19,7 @@ Every process of a launch takes the same decision: the main process checks, and 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
@@ -63,6 +65,8 @@ MAY_CHANGE = frozenset(
     }
 )
 _held_locks: dict[str, int] = {}  # output folder -> the open lock file of this process
+_lock_only: set[str] = set()  # output folders whose checkpoints/ a claim made for its lock alone (not yet emptied)
+_to_empty: dict[str, dict[str, Any]] = {}  # output folder -> the record of the run that claimed it to empty it
 
 
 def run_settings(config: Any, stage: str, processes: int, mixed_precision: str) -> dict[str, Any]:
@@ -259,10 +263,18 @@ def lock_holder(output_dir: str) -> str | None:
 
 
 def release_lock(output_dir: str) -> None:
+    """Give the lock of `output_dir` back; the lock file and its folder go too when the run made that folder for
+    the lock alone and stopped before emptying the folder it claimed (`--overwrite_output_dir`)."""
     fd = _held_locks.pop(output_dir, None)
     if fd is not None:
         os.ftruncate(fd, 0)
         os.close(fd)
+    _to_empty.pop(output_dir, None)
+    if output_dir in _lock_only:
+        _lock_only.discard(output_dir)
+        with contextlib.suppress(OSError):  # the folder went, or something else was written there
+            os.remove(os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
+            os.rmdir(checkpoints_dir(output_dir))
 
 
 def release_all_locks() -> None:
@@ -273,22 +285,25 @@ def release_all_locks() -> None:
             pass
 
 
-def empty_folder(folder: str) -> None:
-    """Remove everything inside `folder` (kept itself)."""
+def empty_folder(folder: str, keep: str | None = None) -> None:
+    """Remove everything inside `folder` (kept itself), but the file `keep` (a path inside it) and its folders."""
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
-        if os.path.isdir(path) and not os.path.islink(path):
+        if keep is not None and path == keep:
+            continue
+        if keep is not None and os.path.isdir(path) and not os.path.islink(path) and keep.startswith(path + os.sep):
+            empty_folder(path, keep)
+        elif os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path)
         else:
             os.remove(path)
 
 
 def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> dict[str, Any]:
-    """Before any work: the output folder checked and, by the main process, emptied when asked, locked, and given
-    this run's record; a resume checked against its checkpoint's. Raises `UsageError` on every process alike.
+    """Before any work: the output folder checked and, by the main process, locked and given this run's record (with
+    `--overwrite_output_dir`, locked only: `empty_claimed_folder` empties it and writes the record once the data and
+    the model are ready); a resume checked against its checkpoint's. Raises `UsageError` on every process alike.
     Returns this run's record (saved into every checkpoint)."""
-    from accelerate.utils import broadcast_object_list
-
     from sinusoidal_encoder_training.runs.checkpoints import resolve_checkpoint
 
     run = run_settings(config, stage, accelerator.num_processes, accelerator.mixed_precision)
@@ -303,22 +318,52 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
         try:
             if problem is None:
                 os.makedirs(output_dir, exist_ok=True)
+                lock_only = not os.path.isdir(checkpoints_dir(output_dir))
                 problem = take_lock(output_dir, report=print)
-            if problem is None:
-                if config.overwrite_output_dir:
-                    release_lock(output_dir)
-                    empty_folder(output_dir)
-                    problem = take_lock(output_dir)
+            if problem is None and config.overwrite_output_dir:  # emptied later, by `empty_claimed_folder`
+                _to_empty[output_dir] = run
+                if lock_only:  # removed again if the run stops before then
+                    _lock_only.add(output_dir)
+            elif problem is None:
                 clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
                 write_run(checkpoints_dir(output_dir), run)
         except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
             release_lock(output_dir)
-            where = error.filename or output_dir
-            problem = (
-                f"--output_dir {output_dir}: cannot write {where} ({error.strerror}): choose a folder you can write "
-                "to."
-            )
+            problem = cannot_write(output_dir, error)
+    _share_problem(accelerator, problem)
+    return run
+
+
+def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
+    """With `--overwrite_output_dir`, once the run's data, model and step plan are ready, before it writes anything:
+    the folder that `claim_output_folder` claimed is emptied by the main process, its lock held throughout, and
+    given the run's record. Without the flag, or for a folder not claimed so, nothing (the claim wrote the record).
+    Raises `UsageError` on every process alike."""
+    if not config.overwrite_output_dir:
+        return
+    problem = None
+    output_dir = config.output_dir
+    if accelerator.is_main_process and output_dir in _to_empty:
+        try:
+            empty_folder(output_dir, keep=os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
+            _lock_only.discard(output_dir)
+            write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir))
+        except OSError as error:
+            release_lock(output_dir)
+            problem = cannot_write(output_dir, error)
+    _share_problem(accelerator, problem)
+
+
+def cannot_write(output_dir: str, error: OSError) -> str:
+    """The line for a folder the run cannot write (a read-only or full disk, a folder of another user's)."""
+    where = error.filename or output_dir
+    return f"--output_dir {output_dir}: cannot write {where} ({error.strerror}): choose a folder you can write to."
+
+
+def _share_problem(accelerator: Accelerator, problem: str | None) -> None:
+    """The main process's answer on every process: a `UsageError` everywhere, or nowhere."""
+    from accelerate.utils import broadcast_object_list
+
     problem = broadcast_object_list([problem])[0] if accelerator.num_processes > 1 else problem
     if problem is not None:
         raise UsageError(problem)
-    return run

@@ -97,8 +97,6 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
     (the configuration, the corpus, the vocabulary size reached)."""
     raw = load_raw_datasets(config, config.seed)
     column = text_column(raw["train"], config.text_column_name)
-    if config.overwrite_output_dir and os.path.isdir(config.output_dir):
-        empty_folder(config.output_dir)
     tokenizer = build_tokenizer(
         iterate_texts(raw, column), config.vocab_size, config.min_frequency, config.model_max_length
     )
@@ -108,6 +106,8 @@ def train_tokenizer(config: TokenizerTrainingConfig) -> TokenizerTrainingResult:
         or "the built-in corpus (training/sinusoidal_encoder_training/data/corpus.py)"
     )
     provenance = {**dataclasses.asdict(config), "trained_on": source, "vocab_size_trained": len(tokenizer)}
+    if config.overwrite_output_dir and os.path.isdir(config.output_dir):  # only now: a run that failed left it whole
+        empty_folder(config.output_dir)
     clean_leftovers(config.output_dir, recursive=False)  # a save killed before
     with staged(config.output_dir) as temporary:  # the tokenizer and its record, moved into place together
         save_tokenizer(tokenizer, temporary)
