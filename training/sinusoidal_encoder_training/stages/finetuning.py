@@ -259,8 +259,8 @@ def finetune(
 def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> dict[str, float]:
     """The final evaluation of a fine-tuning run, without the training: the head of --model_name_or_path (trained for
     --task) scored on the validation split of the run's data, prepared by the task's recipe as fine-tuning prepares
-    it, summed over the processes of `accelerator`. A head trained for other labels than the data's is refused in
-    one line (`plan_head`); no folder is written."""
+    it, summed over the processes of `accelerator`. Data with a label the head lacks is refused in one line
+    (`plan_head`; data with some of its labels only is scored by the whole head); no folder is written."""
     model_config = load_model_config(config)
     tokenizer = load_tokenizer(config, model_config)
     recipe = importlib.import_module(TASKS[config.task].recipe)

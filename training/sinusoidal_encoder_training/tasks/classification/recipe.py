@@ -51,7 +51,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         check_texts(raw, [text_col] + ([config.text_pair_column_name] if config.text_pair_column_name else []))
     if config.with_baselines and problem != "single_label_classification":
         raise UsageError(f"--baselines applies to single-label sequence classification, not {problem}.")
-    # the folder's head: kept for the same labels (in its order), refused or replaced for others
+    # the folder's head: kept for its labels or some of them (in its order), refused or replaced for others
     label_names = plan_head(config, model_config, None if tokens else problem, label_names).labels
     num_labels = 1 if problem == "regression" else len(label_names)
     encoded = encode(

@@ -260,7 +260,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     label_names = check_spans(raw, text_col, spans_col, head_labels(config, model_config))
     if not tokenizer.is_fast:
         raise UsageError("span-classification needs a fast tokenizer (its offsets map the spans to tokens).")
-    # the folder's head: kept for the same labels (in its order), refused or replaced for others
+    # the folder's head: kept for its labels or some of them (in its order), refused or replaced for others
     label_names = plan_head(config, model_config, None, label_names).labels
     if config.max_span_width is not None:  # else the model's: 8, or what the folder was fine-tuned with
         model_config.max_span_width = config.max_span_width
