@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
-from conftest import REPO, env, run_command, tiny_config
+from conftest import run_command, tiny_config
 
 pytest.importorskip("onnxscript", reason="ONNX export needs onnxscript (the `integrations` extra)")
 onnx = pytest.importorskip("onnx", reason="ONNX export needs onnx (the `integrations` extra)")
@@ -265,15 +263,15 @@ def test_export_creates_the_missing_folders_of_output(tmp_path, monkeypatch, cap
     ids=["text-classification", "fill-mask"],
 )
 @pytest.mark.slow
-def test_export_of_a_folder_without_task_runs_its_own_head(tmp_path, model_class, output_shape):
-    """The command end to end, without --task: a classifier folder gives one row of its labels' logits per text,
-    a masked-LM folder the vocabulary's logits at every token, equal to PyTorch's."""
+def test_export_of_a_folder_without_task_runs_its_own_head(tmp_path, monkeypatch, capsys, model_class, output_shape):
+    """The command end to end (in-process, behind its command-line front), without --task: a classifier folder
+    gives one row of its labels' logits per text, a masked-LM folder the vocabulary's logits at every token, equal
+    to PyTorch's."""
     import onnxruntime
 
     folder = save_head(tmp_path / "model", model_class)
-    command = [sys.executable, str(REPO / "training" / "export_onnx.py"), folder, "--no_check"]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env())
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    status, _, err = export_command([folder, "--no_check"], monkeypatch, capsys)
+    assert status == 0, err[-3000:]
     session = onnxruntime.InferenceSession(str(tmp_path / "model" / "model.onnx"), providers=["CPUExecutionProvider"])
     ids = torch.randint(1, 99, (2, 11))
     (logits,) = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": torch.ones_like(ids).numpy()})

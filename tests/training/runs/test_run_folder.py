@@ -16,7 +16,6 @@ from conftest import (
     folder_digest,
     metrics,
     pretrain_cmd,
-    run,
     run_command,
     tiny_pretraining,
     write_text_corpus,
@@ -84,16 +83,24 @@ def test_a_folder_with_other_files_is_refused_before_any_work_and_left_as_it_was
 
 
 @pytest.mark.slow
-def test_overwrite_empties_the_folder_and_a_finished_run_is_not_started_again_by_accident(tmp_path, corpus):
+def test_overwrite_empties_the_folder_and_a_finished_run_is_not_started_again_by_accident(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """(The command runs in-process: `run_command`.)"""
+    from sinusoidal_encoder_training.stages import pretraining
+
+    def pretrain(*argv):
+        return run_command(
+            pretraining.main, "pretrain.py", pretrain_cmd(corpus, folder, *argv)[2:], monkeypatch, capsys
+        )
+
     folder = tmp_path / "out"
     folder.mkdir()
     (folder / "eval_results.json").write_text("{}")  # a classifier's results, stale for the new model
-    run(pretrain_cmd(corpus, folder, "--max_train_steps", "2", "--overwrite_output_dir"))
+    status, _, err = pretrain("--max_train_steps", "2", "--overwrite_output_dir")
+    assert status == 0, err[-3000:]
     assert not (folder / "eval_results.json").exists() and (folder / "model.safetensors").exists()
-    again = subprocess.run(
-        pretrain_cmd(corpus, folder, "--max_train_steps", "2"), capture_output=True, text=True, env=env()
-    )
-    line = one_line_error(again)
+    line = one_line(*pretrain("--max_train_steps", "2")[::2])
     assert "holds a pretraining run: pass --resume_from_checkpoint latest to continue it" in line
 
 

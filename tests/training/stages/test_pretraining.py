@@ -277,9 +277,17 @@ def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused():
 
 
 @pytest.mark.slow
-def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
+def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, capsys):
+    """(The command runs in-process: `run_command`, the accelerate state reset before and after, as a new process
+    starts it.)"""
+    from types import SimpleNamespace
+
+    from accelerate.state import AcceleratorState
+
+    from sinusoidal_encoder_training.stages import pretraining
+
     out = tmp_path / "out"
-    proc = run(
+    argv = (
         pretrain_cmd(
             corpus,
             out,
@@ -293,7 +301,14 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus):
             "--seq_length_schedule",
             "16:2",  # a parsed flag the trackers must take too
         )
-    )
+    )[2:]
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        status, stdout, stderr = run_command(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert status == 0, stderr[-3000:]
+    proc = SimpleNamespace(stdout=stdout, stderr=stderr)
     assert "***** Running training *****" in proc.stdout
     for line in ("Training examples", "global batch = 8", "Tokens = 256 per step, 1,536 in all"):
         assert line in proc.stdout, line
