@@ -249,6 +249,18 @@ def run_command(main, program: str, argv, monkeypatch, capsys) -> tuple[int, str
     return status, captured.out, captured.err
 
 
+def run_command_afresh(main, program: str, argv, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`run_command` with accelerate's state reset before and after, as a new process would start it: a whole run
+    in-process, unaffected by an earlier in-process run's settings, leaving none to later ones."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        return run_command(main, program, argv, monkeypatch, capsys)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
 class FakeHfApi:
     """Stands in for huggingface_hub's `HfApi` offline: `whoami` answers for `user` (member of `orgs`, a token of
     `role`) or raises `fail_whoami`; `create_repo` and `create_commit` are recorded in `calls`, and the committed

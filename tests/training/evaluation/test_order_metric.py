@@ -11,7 +11,7 @@ import datasets
 import pytest
 import torch
 from accelerate import Accelerator
-from conftest import VOCAB_SIZE, metrics, pretrain_cmd, random_ids, run_command, tiny_config
+from conftest import VOCAB_SIZE, metrics, pretrain_cmd, random_ids, run_command_afresh, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.evaluation.masked_lm import permute_inner_tokens, unigram_log_probs
@@ -97,10 +97,7 @@ def counting_corpus(folder: Path, documents: int, seed: int) -> Path:
 
 @pytest.mark.slow
 def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path, monkeypatch, capsys):
-    """(The command runs in-process: `run_command`, the accelerate state reset before and after, as a new process
-    starts it.)"""
-    from accelerate.state import AcceleratorState
-
+    """(The command runs in-process: `run_command_afresh`.)"""
     from sinusoidal_encoder_training.stages import pretraining
 
     corpus = counting_corpus(tmp_path, 60, seed=0), counting_corpus(tmp_path, 6, seed=1)
@@ -116,11 +113,7 @@ def test_a_model_trained_where_order_decides_has_a_positive_gap(tmp_path, monkey
         "--logging_steps": "20",
     }
     argv = pretrain_cmd(corpus, out, *[part for item in flags.items() for part in item])[2:]
-    AcceleratorState._reset_state(reset_partial_state=True)
-    try:
-        status, stdout, stderr = run_command(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    status, stdout, stderr = run_command_afresh(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
     assert status == 0, stderr[-3000:]
     evals = [m for m in metrics(out) if "eval_loss" in m]
     final = evals[-1]

@@ -31,6 +31,7 @@ from conftest import (
     random_ids,
     run,
     run_command,
+    run_command_afresh,
     tiny_config,
     tiny_pretraining,
     write_text_corpus,
@@ -278,11 +279,8 @@ def test_a_model_whose_vocabulary_is_smaller_than_the_tokenizers_is_refused():
 
 @pytest.mark.slow
 def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, capsys):
-    """(The command runs in-process: `run_command`, the accelerate state reset before and after, as a new process
-    starts it.)"""
+    """(The command runs in-process: `run_command_afresh`.)"""
     from types import SimpleNamespace
-
-    from accelerate.state import AcceleratorState
 
     from sinusoidal_encoder_training.stages import pretraining
 
@@ -302,11 +300,7 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, c
             "16:2",  # a parsed flag the trackers must take too
         )
     )[2:]
-    AcceleratorState._reset_state(reset_partial_state=True)
-    try:
-        status, stdout, stderr = run_command(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
-    finally:
-        AcceleratorState._reset_state(reset_partial_state=True)
+    status, stdout, stderr = run_command_afresh(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
     assert status == 0, stderr[-3000:]
     proc = SimpleNamespace(stdout=stdout, stderr=stderr)
     assert "***** Running training *****" in proc.stdout
