@@ -65,8 +65,9 @@ MAY_CHANGE = frozenset(
     }
 )
 _held_locks: dict[str, int] = {}  # output folder -> the open lock file of this process
-_lock_only: set[str] = set()  # output folders whose checkpoints/ a claim made for its lock alone (not yet emptied)
-_to_empty: dict[str, dict[str, Any]] = {}  # output folder -> the record of the run that claimed it to empty it
+# output folder -> (the record of the run that claimed it to empty it, whether the claim made its checkpoints/ for
+# the lock alone): until `empty_claimed_folder`
+_to_empty: dict[str, tuple[dict[str, Any], bool]] = {}
 
 
 def run_settings(config: Any, stage: str, processes: int, mixed_precision: str) -> dict[str, Any]:
@@ -269,9 +270,8 @@ def release_lock(output_dir: str) -> None:
     if fd is not None:
         os.ftruncate(fd, 0)
         os.close(fd)
-    _to_empty.pop(output_dir, None)
-    if output_dir in _lock_only:
-        _lock_only.discard(output_dir)
+    _, lock_only = _to_empty.pop(output_dir, (None, False))
+    if lock_only:
         with contextlib.suppress(OSError):  # the folder went, or something else was written there
             os.remove(os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
             os.rmdir(checkpoints_dir(output_dir))
@@ -318,12 +318,11 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
         try:
             if problem is None:
                 os.makedirs(output_dir, exist_ok=True)
-                lock_only = not os.path.isdir(checkpoints_dir(output_dir))
+                # checkpoints/ made for the lock alone, now or by a claim of this process still pending
+                lock_only = not os.path.isdir(checkpoints_dir(output_dir)) or _to_empty.get(output_dir, ({}, False))[1]
                 problem = take_lock(output_dir, report=print)
             if problem is None and config.overwrite_output_dir:  # emptied later, by `empty_claimed_folder`
-                _to_empty[output_dir] = run
-                if lock_only:  # removed again if the run stops before then
-                    _lock_only.add(output_dir)
+                _to_empty[output_dir] = run, lock_only  # a lock folder of its own: removed if the run stops first
             elif problem is None:
                 clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
                 write_run(checkpoints_dir(output_dir), run)
@@ -346,8 +345,7 @@ def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
     if accelerator.is_main_process and output_dir in _to_empty:
         try:
             empty_folder(output_dir, keep=os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
-            _lock_only.discard(output_dir)
-            write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir))
+            write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir)[0])
         except OSError as error:
             release_lock(output_dir)
             problem = cannot_write(output_dir, error)

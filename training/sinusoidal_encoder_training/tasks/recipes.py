@@ -79,10 +79,14 @@ def head_labels(config: FinetuningConfig, folder_config: Any) -> list[str] | Non
     """The label names of the folder's head when it is a trained head of --task that has labels (a run keeps it
     for data of those labels, or of some of them: `same_head`), else None. The recipes' label checks take them as
     known: a file without one of the head's labels, or of one of them only, is still data for that head."""
-    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
-    if config.task not in LABELLED or task_of_architecture(architecture) != config.task:
+    if config.task not in LABELLED or task_of_architecture(first_architecture(folder_config)) != config.task:
         return None
     return folder_labels(folder_config)
+
+
+def first_architecture(folder_config: Any) -> str | None:
+    """The class a model config names first in `architectures` (None when it names none)."""
+    return next(iter(getattr(folder_config, "architectures", None) or []), None)
 
 
 def same_head(folder_config: Any, problem: str | None, labels: list[str] | None) -> bool:
@@ -107,7 +111,7 @@ def plan_head(config: FinetuningConfig, folder_config: Any, problem: str | None,
     naming both label sets, unless `--ignore_mismatched_sizes`, which starts a new head (one line). A folder with
     no task head (a pretrained masked-LM folder, the bare encoder) gets a new head, as always."""
     source = config.model_name_or_path
-    architecture = next(iter(getattr(folder_config, "architectures", None) or []), None)
+    architecture = first_architecture(folder_config)
     own = task_of_architecture(architecture)
     if own not in FINETUNED:
         return HeadPlan(labels)

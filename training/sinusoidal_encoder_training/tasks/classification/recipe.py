@@ -149,8 +149,9 @@ def label_space(
         train_set, eval_set = {names[i] for i in train_set}, {names[i] for i in eval_set}
     else:
         names = sorted(train_set, key=lambda v: (isinstance(v, str), v))
-    check_distinct_labels(sorted({str(n) for n in [*names, *train_set, *eval_set]}), config)
-    if known is not None and {str(n) for n in [*names, *train_set, *eval_set]} <= set(known):
+    seen = {str(n) for n in [*names, *train_set, *eval_set]}
+    check_distinct_labels(sorted(seen), config)
+    if known is not None and seen <= set(known):
         return problem, [str(n) for n in names]  # the head's labels, or some of them
     unseen = eval_set - set(names) - train_set
     if unseen:
