@@ -139,6 +139,76 @@ def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
     assert [row["example_id"] for row in stream] == list(range(len(eager["validation"])))
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_stream_read_by_workers_tags_every_block_with_an_index_of_its_own(tmp_path, tokenizer, shards):
+    """Read by two DataLoader workers (the default beside a GPU), a stream of several shards is shared out between
+    them: every block still has an index (the key of its masks) no other block has. A stream of one shard is read
+    by one worker: the indices of no workers."""
+    train, _ = write_text_corpus(tmp_path / "corpus")
+    lines = train.read_text().splitlines()
+    folder = tmp_path / "sharded"  # a dataset by name of `shards` files, as on the Hub
+    folder.mkdir()
+    for shard in range(shards):
+        (folder / f"part{shard}.txt").write_text("\n".join(lines[shard::shards]) + "\n")
+    settings = data_config(dataset_name=str(folder), streaming=True, streaming_validation_examples=3)
+    raw = load_raw_datasets(settings, SEED)
+    blocks = tokenize_and_pack(raw, tokenizer, 16)["train"]
+    assert IndexedStream(blocks).shards == shards
+
+    def read(workers):
+        loader = torch.utils.data.DataLoader(
+            IndexedStream(blocks), batch_size=4, num_workers=workers, collate_fn=lambda rows: rows
+        )
+        return [(row["example_id"], tuple(row["input_ids"])) for batch in loader for row in batch]
+
+    alone, shared = read(0), read(2)
+    indices = [index for index, _ in shared]
+    assert len(set(indices)) == len(indices) > 0
+    if shards == 1:
+        assert shared == alone
+    else:  # both workers read (each packs its own shards' documents: blocks of their own)
+        assert {index % 2 for index in indices} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("settings", "step", "message"),
+    [
+        (  # the 40 documents all held out
+            {"streaming_validation_examples": 1000},
+            1,
+            r"^--train_file '.*train\.txt' holds no document past the first 1000, which --streaming holds out for "
+            r"validation \(--streaming_validation_examples\): lower it, or give a --validation_file\.$",
+        ),
+        (
+            {"streaming_validation_examples": 5},
+            10**6,
+            r"^The streamed train split holds \d+ complete block\(s\) of --max_seq_length=16 tokens, fewer than the "
+            r"1000000 of one optimizer step \(the global batch\): give it more text, or lower the length or the "
+            r"batch size\.$",
+        ),
+        (
+            {"validation_file": "{short}"},
+            1,
+            r"^The streamed validation split holds no complete block of --max_seq_length=16 tokens: give it more "
+            r"text, or lower the length\.$",
+        ),
+    ],
+)
+def test_a_stream_too_short_to_run_on_is_one_line_before_training(tmp_path, tokenizer, settings, step, message):
+    """What a map-style split's block count tells before training (`pack_blocks`, `plan_steps`), a stream's first
+    blocks tell: an empty training stream, one shorter than an optimizer step, a validation stream of no block (a
+    stream would otherwise end before its first step, or stop the loader with accelerate's traceback)."""
+    from sinusoidal_encoder_training.data.pipeline import check_stream_blocks
+
+    train, _ = write_text_corpus(tmp_path)
+    short = tmp_path / "short.txt"
+    short.write_text("Too short.\n")
+    settings = {key: value.format(short=short) if isinstance(value, str) else value for key, value in settings.items()}
+    with pytest.raises(UsageError, match=message):
+        raw = load_raw_datasets(data_config(train_file=str(train), streaming=True, **settings), SEED)
+        check_stream_blocks(tokenize_and_pack(raw, tokenizer, 16), 16, step)
+
+
 def test_streaming_without_validation_holds_out_the_first_documents(tmp_path):
     train, _ = write_text_corpus(tmp_path)
     raw = load_raw_datasets(data_config(train_file=str(train), streaming=True, streaming_validation_examples=5), SEED)
@@ -359,6 +429,11 @@ def test_the_loader_settings_follow_the_device_unless_given(monkeypatch):
     assert loader_settings(settings(None)) == expected
     assert loader_settings(settings(3)) == {"num_workers": 3, "pin_memory": True, "persistent_workers": True}
     assert loader_settings(settings(3, persistent=False))["persistent_workers"] is False
+    # a stream is read by no more workers than it has shards (datasets would stop the others, with a warning)
+    one_shard, three_shards = argparse.Namespace(shards=1), argparse.Namespace(shards=3)
+    assert loader_settings(settings(None), one_shard) == {**expected, "num_workers": 1}
+    assert loader_settings(settings(None), three_shards) == expected
+    assert loader_settings(settings(3), one_shard)["num_workers"] == 3  # the flag as given
 
 
 @pytest.mark.parametrize("too_long", [True, False])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import signal
 import sys
 import time
@@ -101,8 +102,13 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
 
     planned = loop.plan_steps(TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7), range(3), False)
     assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
-    with pytest.raises(UsageError, match="fewer batches than --gradient_accumulation_steps"):
-        loop.plan_steps(TrainingConfig(output_dir=".", gradient_accumulation_steps=4), range(3), False)
+    three_batches = torch.utils.data.DataLoader(range(6), batch_size=2)
+    refusal = (
+        "One epoch of 6 training examples holds 3 full batch(es) of --per_device_train_batch_size=32 per process, "
+        "fewer than one step's --gradient_accumulation_steps=4: lower the batch size."
+    )
+    with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
+        loop.plan_steps(TrainingConfig(output_dir=".", gradient_accumulation_steps=4), three_batches, False)
 
 
 def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_after_it(tmp_path, capsys):

@@ -99,14 +99,27 @@ class EpochTaggedSampler(torch.utils.data.Sampler):
 
 
 class IndexedStream(torch.utils.data.IterableDataset):
-    """A streamed packed dataset, each block tagged with its position in the stream."""
+    """A streamed packed dataset, each block tagged with an index no other block of the stream has (the key of its
+    masks): its position in the stream, read by one reader. DataLoader workers share a stream of several shards out
+    (datasets gives each of the first `readers = min(workers, shards)` its own shards, and the others nothing): a
+    block's index is then its position in its worker's part times `readers`, plus the worker's number. A stream of
+    one shard is read by one worker whatever their number: its indices, and masks, are those of no workers."""
 
     def __init__(self, dataset: datasets.IterableDataset):
         self.dataset = dataset
 
+    @property
+    def shards(self) -> int:
+        """The stream's shards: the most DataLoader workers that can read it."""
+        return getattr(self.dataset, "num_shards", None) or self.dataset.n_shards  # n_shards: datasets 3
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        worker = torch.utils.data.get_worker_info()
+        readers, reader = 1, 0
+        if worker is not None:
+            readers, reader = min(worker.num_workers, self.shards), worker.id
         for index, example in enumerate(self.dataset):
-            yield {"input_ids": example["input_ids"], "example_id": index}
+            yield {"input_ids": example["input_ids"], "example_id": index * readers + reader}
 
 
 # SplitMix64's constants (Steele, Lea & Flood, 2014), as the signed 64-bit integers of torch's int64 arithmetic

@@ -7,7 +7,7 @@ Shared by pretraining and tokenizer training, so that both accept exactly the sa
 from __future__ import annotations
 
 import hashlib
-from itertools import chain
+from itertools import chain, islice
 from typing import Any
 
 import datasets
@@ -55,9 +55,13 @@ def load_raw_datasets(
         return type(raw)({"train": raw["train"], "validation": raw["train"]})
     if config.streaming:
         held_out = config.streaming_validation_examples
-        return datasets.IterableDatasetDict(
-            {"train": raw["train"].skip(held_out), "validation": raw["train"].take(held_out)}
-        )
+        train = raw["train"].skip(held_out)
+        if next(iter(train), None) is None:  # read up to the first document past the held-out ones
+            raise UsageError(
+                f"{_source_flag(config)} holds no document past the first {held_out}, which --streaming holds out "
+                "for validation (--streaming_validation_examples): lower it, or give a --validation_file."
+            )
+        return datasets.IterableDatasetDict({"train": train, "validation": raw["train"].take(held_out)})
     check_split(_source_flag(config), len(raw["train"]), config.validation_split_percentage)  # a Hub dataset's
     split = raw["train"].train_test_split(test_size=config.validation_split_percentage / 100, seed=seed)
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
@@ -131,10 +135,20 @@ def _first_non_finite(array: pa.Array) -> int | None:
     return None
 
 
-def text_column(dataset: datasets.Dataset | datasets.IterableDataset, requested: str | None) -> str:
+def column_names(dataset: datasets.Dataset | datasets.IterableDataset) -> list[str]:
+    """The columns of a split; those of its first row for a stream that knows them only once read (a folder of text
+    files, say), none for an empty one."""
     names = dataset.column_names
-    if names is None:  # some streamed datasets only know their columns once read
-        names = list(next(iter(dataset)).keys())
+    if names is None:
+        first = next(iter(dataset), None)
+        names = list(first) if first is not None else []
+    return names
+
+
+def text_column(dataset: datasets.Dataset | datasets.IterableDataset, requested: str | None) -> str:
+    names = column_names(dataset)
+    if not names:
+        raise UsageError("The training split holds no documents: give it some text.")
     if requested is not None and requested not in names:
         raise UsageError(f"--text_column_name {requested!r} is not a column of the dataset (columns: {names}).")
     column = requested or ("text" if "text" in names else names[0])
@@ -184,7 +198,7 @@ def tokenize_documents(
 
     tokenized = {}
     for split, dataset in raw.items():
-        kwargs: dict[str, Any] = {"batched": True, "remove_columns": dataset.column_names}
+        kwargs: dict[str, Any] = {"batched": True, "remove_columns": column_names(dataset)}
         if not streaming:
             kwargs.update(num_proc=num_proc, desc=f"Tokenizing {split}")
         tokenized[split] = dataset.map(tokenize, **kwargs)
@@ -223,6 +237,26 @@ def pack_blocks(
                 f"tokenisation ({len(dataset)} documents, empty ones dropped): give it more text or lower the length."
             )
     return type(tokenized)(packed)
+
+
+def check_stream_blocks(packed: datasets.IterableDatasetDict, max_seq_length: int, step: int) -> None:
+    """A `UsageError` for streamed splits (`pack_blocks`) too short to run on: a training split of fewer complete
+    blocks than the `step` of one optimizer step (the global batch: without them the stream ends before its first
+    step), a validation split of none. Reads each stream up to that far."""
+    for split, needed in (("train", step), ("validation", 1)):
+        held = sum(1 for _ in islice(packed[split], needed))
+        if held == needed:
+            continue
+        if split == "train":
+            raise UsageError(
+                f"The streamed train split holds {held} complete block(s) of --max_seq_length={max_seq_length} "
+                f"tokens, fewer than the {needed} of one optimizer step (the global batch): give it more text, or "
+                "lower the length or the batch size."
+            )
+        raise UsageError(
+            f"The streamed validation split holds no complete block of --max_seq_length={max_seq_length} tokens: "
+            "give it more text, or lower the length."
+        )
 
 
 def tokenize_and_pack(

@@ -33,7 +33,6 @@ def make_loaders(
     The loaders' own draws (the seed of their workers, at every new iterator) come from generators of their own:
     neither the order nor the global RNG (dropout) depends on how many iterators a run made, which differs between
     workers kept from one epoch to the next, new ones, and a resumed run's."""
-    settings = loader_settings(config)
     if train_sampler is None and not isinstance(train_set, torch.utils.data.IterableDataset):
         train_sampler = torch.utils.data.RandomSampler(train_set, generator=generator)
     train_loader = torch.utils.data.DataLoader(
@@ -43,14 +42,14 @@ def make_loaders(
         generator=torch.Generator(),
         collate_fn=train_collate,
         drop_last=True,
-        **settings,
+        **loader_settings(config, train_set),
     )
     eval_loader = torch.utils.data.DataLoader(
         eval_set,
         batch_size=config.per_device_eval_batch_size,
         generator=torch.Generator(),
         collate_fn=eval_collate,
-        **settings,
+        **loader_settings(config, eval_set),
     )
     return train_loader, eval_loader
 
@@ -58,16 +57,18 @@ def make_loaders(
 GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it steps
 
 
-def loader_settings(config: TrainingConfig) -> dict[str, Any]:
+def loader_settings(config: TrainingConfig, dataset=None) -> dict[str, Any]:
     """The DataLoader's workers (`--dataloader_num_workers`, else by the device: none on a CPU, whose cores the step
-    needs; `GPU_LOADER_WORKERS` beside a GPU), kept from one epoch or evaluation to the next unless
-    `--no_persistent_workers` (no new processes, no wait for their first batches at each epoch's start),
-    and page-locked memory (beside a GPU, so that the copy to it does not wait: accelerate copies with
-    `non_blocking`, `make_accelerator`)."""
+    needs; `GPU_LOADER_WORKERS` beside a GPU, but no more than a streamed `dataset` has shards, the most that can
+    read it), kept from one epoch or evaluation to the next unless `--no_persistent_workers` (no new processes, no
+    wait for their first batches at each epoch's start), and page-locked memory (beside a GPU, so that the copy to
+    it does not wait: accelerate copies with `non_blocking`, `make_accelerator`)."""
     gpu = torch.cuda.is_available()
     workers = config.dataloader_num_workers
     if workers is None:
         workers = GPU_LOADER_WORKERS if gpu else 0
+        if hasattr(dataset, "shards"):  # a stream (`IndexedStream`): datasets stops the workers past its shards
+            workers = min(workers, dataset.shards)
     persistent = workers > 0 and not config.no_persistent_workers
     return {"num_workers": workers, "pin_memory": gpu, "persistent_workers": persistent}
 

@@ -173,7 +173,11 @@ def plan_steps(config: TrainingConfig, train_loader, streaming: bool) -> StepPla
     """The run's `StepPlan`; a `UsageError` when one epoch holds fewer batches than a step needs."""
     steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
     if steps_per_epoch == 0:
-        raise UsageError("One epoch holds fewer batches than --gradient_accumulation_steps: lower the batch size.")
+        raise UsageError(
+            f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} full batch(es) "
+            f"of --per_device_train_batch_size={config.per_device_train_batch_size} per process, fewer than one "
+            f"step's --gradient_accumulation_steps={config.gradient_accumulation_steps}: lower the batch size."
+        )
     max_train_steps = config.max_train_steps
     if max_train_steps is None:
         max_train_steps = steps_per_epoch * config.num_train_epochs

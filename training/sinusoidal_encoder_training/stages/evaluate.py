@@ -109,18 +109,21 @@ def length_blocks(
     packed = pack_blocks(tokenized, tokenizer, length, config.preprocessing_num_workers)
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
     validation = packed["validation"]
-    if isinstance(validation, datasets.IterableDataset):
+    streamed = isinstance(validation, datasets.IterableDataset)
+    if streamed:
         if config.max_eval_samples is not None:
             validation = validation.take(config.max_eval_samples)
-        return IndexedStream(validation), unigram
-    if config.max_eval_samples is not None and config.max_eval_samples < len(validation):
-        validation = validation.select(range(config.max_eval_samples))
-    if len(validation) == 0:
+        empty = next(iter(validation), None) is None  # read up to its first block
+    else:
+        if config.max_eval_samples is not None and config.max_eval_samples < len(validation):
+            validation = validation.select(range(config.max_eval_samples))
+        empty = len(validation) == 0
+    if empty:
         raise UsageError(
             f"The validation split holds no block of {length} tokens: give more validation text, or a shorter "
             "--max_seq_length."
         )
-    return IndexedExamples(validation), unigram
+    return (IndexedStream if streamed else IndexedExamples)(validation), unigram
 
 
 def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict:

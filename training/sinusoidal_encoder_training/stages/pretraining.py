@@ -36,6 +36,7 @@ from sinusoidal_encoder_training.data.batches import (
 )
 from sinusoidal_encoder_training.data.pipeline import (
     SHIPPED_TOKENIZER,
+    check_stream_blocks,
     derive_seed,
     load_raw_datasets,
     tokenize_and_pack,
@@ -265,10 +266,12 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         packed = tokenize_and_pack(
             raw, tokenizer, config.max_seq_length, config.text_column_name, config.preprocessing_num_workers
         )
+    streaming = isinstance(packed["train"], datasets.IterableDataset)
+    if streaming:  # a map-style split's blocks are counted by `pack_blocks` and `plan_steps`
+        check_stream_blocks(packed, config.max_seq_length, config.global_batch_size(accelerator.num_processes))
     if model is None:
         model = build_model(config, tokenizer, model_config)
 
-    streaming = isinstance(packed["train"], datasets.IterableDataset)
     train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
     masking = {"mlm_probability": config.mlm_probability, "seed": config.seed, "exact_count": exact_mask_count(config)}
     train_masking = KeyedMaskingCollator(tokenizer, **masking)
