@@ -476,6 +476,42 @@ def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, cor
 
 
 @pytest.mark.slow
+def test_a_resumed_stream_of_shards_read_by_workers_trains_as_the_uninterrupted_run_bitwise(
+    tmp_path, corpus, monkeypatch, capsys
+):
+    """A streamed dataset of two files read by two DataLoader workers (the default beside a GPU), with dropout,
+    resumed from a checkpoint halfway: the same weights and logged losses as the run that went through (the
+    blocks' mask keys are unique across the workers, and the stream's loader, which accelerate hands back without
+    its generator, draws nothing from the global RNG when the resumed run starts its iterator). In-process."""
+    from sinusoidal_encoder_training.stages import pretraining
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    lines = corpus[0].read_text().splitlines()
+    for shard in range(2):
+        (folder / f"part{shard}.txt").write_text("\n".join(lines[shard::2]) + "\n")
+    flags = ["--dataset_name", str(folder), "--streaming", "--streaming_validation_examples", "4"]
+    flags += ["--dataloader_num_workers", "2", "--max_train_steps", "8", "--checkpointing_steps", "4"]
+    flags += ["--config_overrides", TINY + ",hidden_dropout_prob=0.1"]
+
+    def pretrain(out, *argv):
+        argv = [*pretrain_cmd(corpus, out)[6:], *flags, *argv]  # the files' flags left out
+        status, _, err = run_command_afresh(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
+        assert status == 0, err[-3000:]
+
+    through, resumed = tmp_path / "through", tmp_path / "resumed"
+    pretrain(through)
+    (resumed / "checkpoints").mkdir(parents=True)
+    shutil.copytree(through / "checkpoints" / "step_4", resumed / "checkpoints" / "step_4")
+    shutil.copy(through / "checkpoints" / "run.json", resumed / "checkpoints" / "run.json")
+    pretrain(resumed, "--resume_from_checkpoint", "latest")
+    expected, got = weights(through), weights(resumed)
+    assert all(torch.equal(expected[name], got[name]) for name in expected)
+    losses = [(m["step"], m["train_loss"]) for m in metrics(through) if "train_loss" in m]
+    assert [(m["step"], m["train_loss"]) for m in metrics(resumed) if "train_loss" in m][-4:] == losses[-4:]
+
+
+@pytest.mark.slow
 def test_two_processes_give_the_losses_of_one(tmp_path, corpus, monkeypatch, capsys):
     """accelerate launch with 2 CPU processes (gloo) and the same global batch: same losses within noise (the one
     process runs in-process)."""

@@ -54,6 +54,18 @@ def make_loaders(
     return train_loader, eval_loader
 
 
+def prepare_training(accelerator: Accelerator, model, optimizer, train_loader, eval_loader) -> tuple:
+    """`accelerator.prepare` of a run's model, optimizer and loaders (`make_loaders`). A stream's loader comes back
+    as accelerate's `DataLoaderDispatcher`, which drops the DataLoader's own generator: each new iterator of it (a
+    resumed run's first, every evaluation's) then drew its workers' seed from the global RNG, the dropout's, and a
+    resumed run left the uninterrupted one's dropout. Such a loader is given a generator of its own again."""
+    prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    for loader in prepared[2:]:
+        if loader.generator is None:
+            loader.generator = torch.Generator()
+    return prepared
+
+
 GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it steps
 
 

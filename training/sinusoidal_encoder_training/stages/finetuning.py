@@ -46,7 +46,7 @@ from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
-from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders, prepare_training
 from sinusoidal_encoder_training.runs.loop import StageResult, train
 from sinusoidal_encoder_training.runs.metrics_log import write_json
 from sinusoidal_encoder_training.runs.optimization import make_optimizer
@@ -246,7 +246,9 @@ def finetune(
         config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
     )
     optimizer = make_optimizer(model, config)
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    model, optimizer, train_loader, eval_loader = prepare_training(
+        accelerator, model, optimizer, train_loader, eval_loader
+    )
     task = prepared.make_task(generator)
     trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
     final = trained.metrics

@@ -44,7 +44,7 @@ from sinusoidal_encoder_training.data.pipeline import (
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
-from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders, prepare_training
 from sinusoidal_encoder_training.runs.compilation import uses_cuda_graphs
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
@@ -286,7 +286,9 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         config, train_set, eval_set, train_generator, train_masking, eval_masking, train_sampler=order
     )
     optimizer = make_optimizer(model, config)
-    model, optimizer, train_loader, eval_loader = accelerator.prepare(model, optimizer, train_loader, eval_loader)
+    model, optimizer, train_loader, eval_loader = prepare_training(
+        accelerator, model, optimizer, train_loader, eval_loader
+    )
 
     tokens_per_step = config.global_batch_size(accelerator.num_processes) * config.max_seq_length
     tokens_line = f"Tokens = {tokens_per_step:,} per step"
