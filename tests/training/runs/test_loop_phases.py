@@ -5,7 +5,9 @@ that is not finite), `stop_if_requested` (the agreed stop) and `finish_run` (the
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import logging
 import math
 import re
 import signal
@@ -21,7 +23,7 @@ from sinusoidal_encoder_training.cli.command_line import Terminated, UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
 from sinusoidal_encoder_training.runs import loop
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator
-from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
+from sinusoidal_encoder_training.runs.checkpoints import TiedWeightsNotice, complete_checkpoints, save_checkpoint
 from sinusoidal_encoder_training.runs.metrics_log import read_metrics
 
 ROWS, LENGTH = 2, 8  # a micro-batch: 2 rows of 8 tokens, every other one a label (8 loss units)
@@ -287,6 +289,31 @@ def test_after_step_logs_evaluates_and_saves_on_their_steps(tmp_path, capsys):
     assert len(read_metrics(output_dir)) == 2
     after(4, 2.0, 2, 8)  # the last step: logged, not evaluated (the final evaluation is finish_run's)
     assert [m["step"] for m in read_metrics(output_dir)] == [2, 2, 4] and run.task.evaluations == 1
+
+
+def test_a_checkpoint_of_tied_weights_warns_of_no_shared_tensor_but_of_others(tmp_path, caplog, monkeypatch):
+    """accelerate warns at every save that it stored tensors sharing memory once ("Removed shared tensor {...}
+    while saving. This should be OK, but check ..."): for the masked-LM's tied decoder, which loading ties again
+    (a run resumes bitwise), the checkpoint says nothing; a shared tensor of another kind still warns."""
+    from sinusoidal_encoder_training.runs import checkpoints
+
+    run, _ = start(tmp_path)
+    run.bar.close()
+    with caplog.at_level(logging.WARNING):
+        save_checkpoint(run.accelerator, run.config.output_dir, 1, None)
+        assert "Removed shared tensor" not in caplog.text
+        monkeypatch.setattr(checkpoints, "_tied_weights_quiet", lambda accelerator: contextlib.nullcontext())
+        save_checkpoint(run.accelerator, run.config.output_dir, 2, None)  # what the filter keeps out
+        assert "Removed shared tensor {'lm_head.decoder.weight'} while saving" in caplog.text
+
+    notice = TiedWeightsNotice({"lm_head.decoder.weight"})
+
+    def shown(text: str) -> bool:
+        return notice.filter(logging.LogRecord("accelerate.utils.other", logging.WARNING, "", 0, text, None, None))
+
+    assert not shown("[RANK 0] Removed shared tensor {'module.lm_head.decoder.weight'} while saving. This ...")
+    assert shown("Removed shared tensor {'lm_head.decoder.weight', 'head.other.weight'} while saving. This ...")
+    assert shown("another warning of the save")
 
 
 def test_after_step_stops_on_a_loss_that_is_not_finite_before_logging_it(tmp_path):

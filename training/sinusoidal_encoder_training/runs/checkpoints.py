@@ -5,10 +5,13 @@ run's state loaded from it (`resume`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # accelerate is imported by the code that saves (arguments.py, which checks a path, needs not)
@@ -93,6 +96,45 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+SHARED_TENSOR_LOGGER = "accelerate.utils.other"  # where accelerate says it stored shared tensors once
+
+
+class TiedWeightsNotice(logging.Filter):
+    """Drops accelerate's warning that a checkpoint stored tensors that share memory once ("Removed shared tensor
+    {...} while saving. This should be OK, but check ..."), at every save of a model with tied weights, when every
+    tensor it names is one of the models' tied weights (`tied`: their names), which loading ties again; the warning
+    for any other tensor still shows."""
+
+    def __init__(self, tied: set[str]):
+        super().__init__()
+        self.tied = tied
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "Removed shared tensor " not in text:
+            return True
+        names = re.findall(r"'([^']+)'", text.split(" while saving", 1)[0])
+        # under DDP or compilation the names carry the wrapper's prefix (module., _orig_mod.)
+        ours = [name for name in names if any(name == key or name.endswith("." + key) for key in self.tied)]
+        return not names or len(ours) < len(names)
+
+
+@contextlib.contextmanager
+def _tied_weights_quiet(accelerator: Accelerator) -> Iterator[None]:
+    """Within it, `TiedWeightsNotice` filters accelerate's warning for the tied weights of the accelerator's models."""
+    tied = set()
+    for model in accelerator._models:
+        model = accelerator.unwrap_model(model)
+        tied.update(getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or ())
+    notice = TiedWeightsNotice(tied)
+    logger = logging.getLogger(SHARED_TENSOR_LOGGER)
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
 def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_limit: int | None) -> str:
     """`accelerator.save_state` into a temporary folder, renamed to `step_N` once every process has written its part:
     a kill during the save leaves the previous checkpoints as they were and no broken `step_N`."""
@@ -103,7 +145,8 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
         os.makedirs(folder, exist_ok=True)
         shutil.rmtree(temporary, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(temporary)
+    with _tied_weights_quiet(accelerator):
+        accelerator.save_state(temporary)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         run = os.path.join(folder, RUN_FILE)  # the run's settings (run_folder.py), which a resume compares
