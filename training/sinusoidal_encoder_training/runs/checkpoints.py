@@ -123,7 +123,7 @@ class TiedWeightsNotice(logging.Filter):
 def _tied_weights_quiet(accelerator: Accelerator) -> Iterator[None]:
     """Within it, `TiedWeightsNotice` filters accelerate's warning for the tied weights of the accelerator's models."""
     tied = set()
-    for model in accelerator._models:
+    for model in getattr(accelerator, "_models", ()):  # the prepared models (accelerate keeps no public list)
         model = accelerator.unwrap_model(model)
         tied.update(getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or ())
     notice = TiedWeightsNotice(tied)
