@@ -392,6 +392,11 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--push_to_hub", "--hub_model_id", "me/x"], "HF_HUB_OFFLINE is set"),
     ("pretrain", ["--output_dir", "OUT", "--language", "english"], "not a language code"),
     ("pretrain", ["--output_dir", "OUT", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--streaming_validation_examples", "-1"],
+        "--streaming_validation_examples must be a positive integer, got -1.",
+    ),
     ("train_tokenizer", ["--output_dir", "OUT", "--seed", str(2**32)], "--seed must be an integer from 0 to"),
     (
         "pretrain",

@@ -9,7 +9,7 @@ import os
 import re
 from typing import ClassVar, Literal
 
-from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source
+from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_model_source, check_positive
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.data.files import LOCAL_FORMATS, _extension, check_data_file, check_datasets_cache
 
@@ -69,6 +69,7 @@ class DataConfig(FlagConfig):
         if self.validation_file and not self.train_file and not self.validation_file_alone:
             raise UsageError("--validation_file needs --train_file.")
         check_model_source("--dataset_name", self.dataset_name, repo_type="dataset")
+        check_positive(self, "streaming_validation_examples")  # a stream's held-out documents: skip/take take any
         for flag in ("train_file", "validation_file"):
             path = getattr(self, flag)
             if path is None:
