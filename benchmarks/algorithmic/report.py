@@ -406,13 +406,11 @@ def seed_spread_table(results: Path, probes: Path) -> str:
 
 
 def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from sinusoidal_encoder_training.publishing.plots import figure
 
     tasks = list(runs)
-    fig, axes = plt.subplots(2, len(tasks), figsize=(5 * len(tasks), 7.5), squeeze=False)
+    fig = figure(figsize=(5 * len(tasks), 7.5))
+    axes = fig.subplots(2, len(tasks), squeeze=False)
     for column, task in enumerate(tasks):
         top, bottom = axes[0][column], axes[1][column]
         for arm in ARMS:
@@ -440,7 +438,6 @@ def plot(runs: dict[str, dict[str, list[dict]]], path: Path) -> None:
         top.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def report(

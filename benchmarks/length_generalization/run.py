@@ -87,6 +87,7 @@ from sinusoidal_encoder_training.publishing.export import (
     save_tokenizer,
     write_sentence_transformers_files,
 )
+from sinusoidal_encoder_training.publishing.plots import figure
 from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast
 from sinusoidal_encoder_training.runs.metrics_log import perplexity, read_metrics
 from sinusoidal_encoder_training.stages import finetuning, pretraining
@@ -810,10 +811,8 @@ def markdown_tables(config: LengthGeneralizationConfig, summary: dict) -> str:
 
 
 def plot(summary: dict, path: str) -> None:
-    from sinusoidal_encoder_training.publishing.plots import _pyplot
-
-    plt = _pyplot()
-    fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 6))
+    fig = figure(figsize=(14, 6))
+    ax, right = fig.subplots(1, 2)
     lengths = summary["lengths"]
     for arm, data in summary["arms"].items():
         means = [_mean(data["loss"][str(length)]) for length in lengths]
@@ -849,15 +848,12 @@ def plot(summary: dict, path: str) -> None:
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_learning_curves(summary: dict, path: str) -> None:
     """Validation loss and order gap at the training length during pretraining, each arm's seeds in its colour."""
-    from sinusoidal_encoder_training.publishing.plots import _pyplot
-
-    plt = _pyplot()
-    fig, (ax, right) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig = figure(figsize=(14, 5.5))
+    ax, right = fig.subplots(1, 2)
     for data in summary["arms"].values():
         color = None
         for index, curve in enumerate(data["learning_curves"].values()):
@@ -886,7 +882,6 @@ def plot_learning_curves(summary: dict, path: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def best_window(summary: dict, arm: str = "offset") -> int:

@@ -86,3 +86,24 @@ def test_pictures_of_the_encoding_where_its_card_says_they_apply(tmp_path, name,
     assert ("encoding_heatmap.png" in written) == card.pictures == (tmp_path / "encoding_heatmap.png").exists()
     adds_encoding = name in POSITION_ENCODINGS and POSITION_ENCODINGS[name].embeddings
     assert card.pictures == adds_encoding  # the pictures of PE where PE is added to the hidden states
+
+
+def test_drawing_the_pictures_leaves_the_callers_backend_and_figures_alone(tmp_path):
+    """`export` draws the card's pictures inside the user's process (a notebook, say): its pyplot backend and open
+    figures are as they were after (pyplot's `matplotlib.use("Agg")` switched them before)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from sinusoidal_encoder_training.publishing.model_card import draw_pictures
+
+    before = plt.get_backend()
+    plt.switch_backend("svg")  # the user's backend: any other than Agg
+    figure = plt.figure()
+    try:
+        (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
+        written = draw_pictures(str(tmp_path), tiny_config())
+        assert set(written) == {"encoding_heatmap.png", "encoding_dot_products.png", "loss_curves.png"}
+        assert (plt.get_backend(), plt.get_fignums()) == ("svg", [figure.number])
+    finally:
+        plt.close(figure)
+        plt.switch_backend(before)

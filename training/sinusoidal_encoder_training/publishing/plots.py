@@ -27,18 +27,19 @@ PICTURES = {
 }
 
 
-def _pyplot():
-    matplotlib = require_extra("matplotlib", what="drawing the pictures")
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+def figure(**kwargs):
+    """A matplotlib `Figure` (keyword arguments as its own) that draws into files only: not through pyplot, so the
+    calling process keeps its backend and its open figures (a notebook's inline plots go on showing)."""
+    require_extra("matplotlib", what="drawing the pictures")
+    from matplotlib.figure import Figure
 
-    return plt
+    return Figure(**kwargs)
 
 
 def plot_encoding(path: str, dim: int, base: float = 10000.0, positions: int = 256) -> None:
-    plt = _pyplot()
     pe = sinusoidal_position_encoding(torch.arange(positions), dim, base).numpy()  # (positions, dim)
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig = figure(figsize=(8, 5))
+    ax = fig.subplots()
     image = ax.imshow(pe, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
     ax.set_xlabel("dimension (even: sin, odd: cos; frequency falls to the right)")
     ax.set_ylabel("position")
@@ -46,13 +47,12 @@ def plot_encoding(path: str, dim: int, base: float = 10000.0, positions: int = 2
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_dot_products(path: str, dim: int, base: float = 10000.0, max_offset: int = 512) -> None:
-    plt = _pyplot()
     offsets = torch.arange(max_offset + 1)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = figure(figsize=(8, 4))
+    ax = fig.subplots()
     for start in (0, 100, 1000):
         pe = sinusoidal_position_encoding(torch.tensor([start]), dim, base).double()  # (1, dim)
         shifted = sinusoidal_position_encoding(start + offsets, dim, base).double()  # (K, dim)
@@ -63,7 +63,6 @@ def plot_dot_products(path: str, dim: int, base: float = 10000.0, max_offset: in
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def tokens_per_step(metrics: list[dict]) -> float | None:
@@ -93,8 +92,8 @@ def plot_losses(
     )
     if not train and not evaluation:
         return False
-    plt = _pyplot()
-    fig, axes = plt.subplots(1, 2 if gap else 1, figsize=(12 if gap else 8, 4), squeeze=False)
+    fig = figure(figsize=(12 if gap else 8, 4))
+    axes = fig.subplots(1, 2 if gap else 1, squeeze=False)
     ax = axes[0][0]
     if train:
         ax.plot(*zip(*train, strict=True), label="training loss", linewidth=1.2)
@@ -115,7 +114,6 @@ def plot_losses(
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return True
 
 
