@@ -267,13 +267,12 @@ def step_speed(
     `logging_steps` steps (the loop's first logging window: warm-up and compilation) and of as many steady ones.
     `overrides` (a `--config_overrides` text) changes the model's settings after `--config_overrides`; with
     `profile`, the profiler's table of a few more steps' operators."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
     from accelerate.utils import TorchDynamoPlugin
     from transformers import AutoTokenizer
 
     from sinusoidal_encoder_training import SHIPPED_TOKENIZER
     from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.runs.accelerator import new_accelerator
     from sinusoidal_encoder_training.runs.compilation import (
         compile_once_per_mode,
         mark_cuda_graph_step,
@@ -282,7 +281,6 @@ def step_speed(
     from sinusoidal_encoder_training.runs.optimization import make_optimizer
     from sinusoidal_encoder_training.stages.pretraining import build_model
 
-    AcceleratorState._reset_state(reset_partial_state=True)  # the loop's accelerate state is not this one's
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER)
     config = PretrainingConfig(
         output_dir="unused",
@@ -298,7 +296,7 @@ def step_speed(
     if args.torch_compile:
         plugin = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True)
         compile_once_per_mode()
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, dynamo_plugin=plugin)
+    accelerator = new_accelerator(mixed_precision=args.mixed_precision, dynamo_plugin=plugin)  # not the loop's state
     model = build_model(config, tokenizer)
     generator = torch.Generator().manual_seed(0)
     if args.task == "finetuning":  # batches of the loop's rows, padded as fine-tuning's collator pads them
@@ -345,7 +343,6 @@ def step_speed(
     group = max(1, args.steps // args.repeats)
     timed = [steps(group) for _ in range(args.repeats)]
     table = operator_table(steps, device) if profile else None
-    AcceleratorState._reset_state(reset_partial_state=True)
     speeds = [tokens / seconds for seconds, tokens in timed]
     return {
         "tokens_per_second": statistics.median(speeds),

@@ -95,9 +95,9 @@ def same_weights(a, b) -> bool:
 def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path, monkeypatch, capsys):
     """`--torch_compile` pretraining exports the plain model's weights, and an eager run resumes its checkpoint to the
     same weights. Both runs go through the command line in-process (`run_command`; each subprocess would cost a start
-    of Python, torch and transformers), the accelerate state reset between them as a new process starts it: the
-    compiled run must compile, the eager one must not."""
-    from accelerate.state import AcceleratorState
+    of Python, torch and transformers), one after the other as in a notebook: the compiled run must compile, the
+    eager one must not (accelerate keeps the first run's compile plugin for the process unless the run clears it).
+    """
     from torch._dynamo.utils import counters
 
     from sinusoidal_encoder_training.stages import pretraining
@@ -123,7 +123,6 @@ def test_compiled_pretraining_exports_plain_weights_and_resumes_eagerly(tmp_path
 
     # an eager run resumes the compiled one's checkpoint (bitwise resume under compile: the fine-tuning test below,
     # through the same training loop)
-    AcceleratorState._reset_state(reset_partial_state=True)  # accelerate keeps the compile plugin in its state
     torch._dynamo.reset()  # no compiled code left to reuse: a compiled run would have to capture frames anew
     checkpoint = ("--resume_from_checkpoint", str(full / "checkpoints" / "step_2"))
     pretrain(tmp_path / "eager", *checkpoint)

@@ -120,6 +120,19 @@ def bf16_is_fast() -> bool:
     )
 
 
+def new_accelerator(**kwargs: Any) -> Accelerator:
+    """`Accelerator(**kwargs)` with these settings whatever an earlier run in this process chose. accelerate keeps
+    mixed precision and the compile plugin in one state for the whole process (`AcceleratorState`): a second
+    Accelerator of other settings would refuse them (`AcceleratorState has already been initialized`) or, left
+    unset, silently take the first run's (a plain run after a `torch_compile` one compiled; an evaluation after a
+    bf16 run in bf16). As transformers' `TrainingArguments` does, that state is cleared first; the processes and
+    device (`PartialState`) are kept."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state()
+    return Accelerator(**kwargs)
+
+
 def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded; before it, a `UsageError`
@@ -133,7 +146,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
             backend=config.torch_compile_backend, mode=config.torch_compile_mode, dynamic=True
         )
         compile_once_per_mode()
-    accelerator = Accelerator(
+    accelerator = new_accelerator(
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
         ),

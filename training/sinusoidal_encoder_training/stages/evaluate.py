@@ -32,6 +32,7 @@ from sinusoidal_encoder_training.data.batches import IndexedExamples, IndexedStr
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, pack_blocks, tokenize_documents
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
+from sinusoidal_encoder_training.runs.accelerator import new_accelerator
 from sinusoidal_encoder_training.runs.atomic import temporary_path
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.metrics_log import format_metrics, write_json
@@ -130,7 +131,7 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     """A masked-LM folder's metrics at each length of --max_seq_length (`evaluate_masked_lm`), or a fine-tuned
     folder's task metrics (`finetuning.evaluate_finetuned`), summed over every process of `accelerator` (a new one by
     default, which reads accelerate's launch settings: devices, mixed precision)."""
-    accelerator = accelerator or Accelerator()
+    accelerator = accelerator or new_accelerator()
     task = folder_task(config)
     if task is None:
         if config.validation_file and not config.train_file:
@@ -185,7 +186,7 @@ def write_results(path: str, config: EvaluationConfig, results: dict) -> None:
 def run(config: EvaluationConfig) -> dict:
     """The command: evaluate, print the results, and write --output_file (`sinusoidal-encoder-evaluate`,
     `python -m sinusoidal_encoder_training evaluate`, once `console.py` has parsed the flags)."""
-    accelerator = Accelerator()
+    accelerator = new_accelerator()
     results = evaluate_model(config, accelerator)
     if config.output_file is not None and accelerator.is_main_process:
         write_results(config.output_file, config, results)

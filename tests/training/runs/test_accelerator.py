@@ -1,0 +1,34 @@
+"""Runs one after another in one process (a notebook, a script calling `pretrain` then `finetune`, an evaluation
+after training) each get the accelerate settings they ask for, as each would in a process of its own: accelerate
+keeps mixed precision and the compile plugin in a state shared by the whole process (`AcceleratorState`), which
+`runs.accelerator.new_accelerator` clears before each run's Accelerator."""
+
+from __future__ import annotations
+
+import pytest
+from accelerate.state import AcceleratorState
+from accelerate.utils import DynamoBackend
+
+from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator, new_accelerator
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    AcceleratorState._reset_state()  # what an earlier test of this worker left
+    yield
+    AcceleratorState._reset_state()
+
+
+def run_settings(tmp_path, name: str, **settings) -> tuple[str, str]:
+    """The mixed precision and the compile backend of the Accelerator of a run of `settings`."""
+    accelerator = make_accelerator(TrainingConfig(output_dir=str(tmp_path / name), **settings))
+    return accelerator.mixed_precision, accelerator.state.dynamo_plugin.backend
+
+
+def test_runs_in_one_process_each_get_the_settings_they_ask_for(tmp_path):
+    compiled = run_settings(tmp_path, "a", torch_compile=True, torch_compile_backend="aot_eager")
+    assert compiled == ("no", DynamoBackend.AOT_EAGER)
+    assert run_settings(tmp_path, "b") == ("no", DynamoBackend.NO)  # was compiled, as the run before it
+    assert run_settings(tmp_path, "c", mixed_precision="bf16") == ("bf16", DynamoBackend.NO)  # was refused
+    assert new_accelerator().mixed_precision == "no"  # an evaluation after it: was in bf16
