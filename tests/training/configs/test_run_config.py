@@ -404,6 +404,29 @@ BAD_INPUT = [
         "--config_overrides: `position_mode='random_offset'` needs `max_position_offset`",
     ),
     ("pretrain", ["--output_dir", "OUT", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--lr_scheduler_kwargs", "{num_decay_steps: 4}"],
+        "--lr_scheduler_kwargs must be a JSON object",
+    ),
+    (
+        "finetune",
+        ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--lr_scheduler_kwargs", '{"num_decay_steps": 4}'],
+        "--lr_scheduler_type linear cannot be made with the arguments given (--lr_scheduler_kwargs",
+    ),
+    (
+        "pretrain",
+        ["--output_dir", "OUT", "--lr_scheduler_type", "cosine_with_min_lr"],
+        "One of min_lr or min_lr_rate should be set",
+    ),
+    (
+        "pretrain",
+        [
+            *("--output_dir", "OUT", "--lr_scheduler_type", "warmup_stable_decay", "--max_train_steps", "10"),
+            *("--lr_scheduler_kwargs", '{"num_decay_steps": 40}'),
+        ],
+        "0 warmup and 40 decay steps are more than the run's 10 optimizer steps",
+    ),
     ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
     ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
     ("finetune", ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--task", "token-classification"], "data"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Literal
 
@@ -20,6 +21,7 @@ LR_SCHEDULERS = Literal[
     "constant",
     "constant_with_warmup",
     "inverse_sqrt",
+    "cosine_with_min_lr",
     "warmup_stable_decay",
 ]
 COMPILE_MODES = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -134,6 +136,15 @@ class TrainingConfig(OutputConfig):
     lr_scheduler_type: LR_SCHEDULERS = dataclasses.field(
         default="linear", metadata={"help": "Schedule after warmup (transformers.get_scheduler)."}
     )
+    lr_scheduler_kwargs: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The schedule's own arguments, a JSON object, as transformers' lr_scheduler_kwargs: "
+            "'{\"min_lr_rate\": 0.1}' for cosine_with_min_lr (which needs min_lr or min_lr_rate), "
+            '\'{"num_decay_steps": 200, "decay_type": "linear"}\' for warmup_stable_decay (default: a cosine decay '
+            "over the last fifth of the steps). Counts of steps are optimizer steps."
+        },
+    )
     num_warmup_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "Warmup steps (default: 6% of training)."}
     )
@@ -210,6 +221,20 @@ class TrainingConfig(OutputConfig):
             raise UsageError(f"--num_warmup_steps must not be negative, got {self.num_warmup_steps}.")
         if self.dataloader_num_workers is not None and self.dataloader_num_workers < 0:
             raise UsageError(f"--dataloader_num_workers must not be negative, got {self.dataloader_num_workers}.")
+        if self.lr_scheduler_kwargs is not None:
+            try:
+                arguments = json.loads(self.lr_scheduler_kwargs)
+            except json.JSONDecodeError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise UsageError(
+                    f"--lr_scheduler_kwargs must be a JSON object ('{{\"num_decay_steps\": 200}}'), got "
+                    f"{self.lr_scheduler_kwargs!r}."
+                )
+        if self.lr_scheduler_kwargs is not None or self.lr_scheduler_type == "cosine_with_min_lr":
+            from sinusoidal_encoder_training.runs.optimization import check_schedule  # imports torch: only here
+
+            check_schedule(self)
 
     def global_batch_size(self, num_processes: int) -> int:
         """Sequences per optimizer step over every process: per device × processes × accumulation steps."""

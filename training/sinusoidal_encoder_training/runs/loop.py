@@ -256,18 +256,18 @@ def start_run(
     header: list[str],
     streaming: bool = False,
 ) -> Run:
-    """Everything before the first step: the step plan, the folder emptied with `--overwrite_output_dir` (after the
-    step plan and the disk's free space are checked: a run refused leaves it as it was), the learning-rate
-    scheduler, the progress (registered for checkpoints, loaded with the model's state from the checkpoint
+    """Everything before the first step: the step plan and the learning-rate scheduler, the folder emptied with
+    `--overwrite_output_dir` (after they and the disk's free space are checked: a run refused leaves it as it was), the
+    progress (registered for checkpoints, loaded with the model's state from the checkpoint
     `--resume_from_checkpoint` names), the trackers, metrics.jsonl (a resumed run's lines after its checkpoint
     dropped), the run's header, the check of the disk's free space and the progress bar; the model in training
     mode."""
     plan = plan_steps(config, train_loader, streaming)
+    scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     parameters = accelerator.unwrap_model(model).num_parameters()
     if config.overwrite_output_dir:  # the last checks of the run's input passed: only now is the folder emptied
         check_free_space(config, parameters, plan.max_train_steps)
         empty_claimed_folder(accelerator, config)
-    scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
     resumed = resume(accelerator, config)

@@ -49,7 +49,7 @@ from sinusoidal_encoder_training.publishing.hub import check_hub_access
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders, prepare_training
 from sinusoidal_encoder_training.runs.loop import StageResult, train
 from sinusoidal_encoder_training.runs.metrics_log import write_json
-from sinusoidal_encoder_training.runs.optimization import make_optimizer
+from sinusoidal_encoder_training.runs.optimization import describe_schedule, make_optimizer
 from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
 from sinusoidal_encoder_training.tasks.recipes import (
     STAGE,
@@ -309,7 +309,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         f"Fine-tuned from `{base}` for {config.task} ({problem}; labels: {labels}) with "
         f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
         f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
-        f"{config.weight_decay} on matrices), {config.lr_scheduler_type} schedule after warmup, global batch "
+        f"{config.weight_decay} on matrices), {describe_schedule(config)}, global batch "
         f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
     )
     if config.config_overrides:

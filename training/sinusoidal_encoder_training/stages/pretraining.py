@@ -48,7 +48,7 @@ from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_
 from sinusoidal_encoder_training.runs.compilation import uses_cuda_graphs
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
-from sinusoidal_encoder_training.runs.optimization import make_optimizer
+from sinusoidal_encoder_training.runs.optimization import describe_schedule, make_optimizer
 from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
 from sinusoidal_encoder_training.tasks.registry import task_of_architecture
 
@@ -323,8 +323,8 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
         f"packed blocks of {config.max_seq_length} tokens{describe_length_schedule(config.length_schedule)}; "
         f"{progress.completed_steps:,} optimizer steps, "
         f"{progress.tokens_seen:,} tokens seen; AdamW (lr {config.learning_rate:g}, betas {config.adam_beta1}/"
-        f"{config.adam_beta2}, weight decay {config.weight_decay} on matrices), {config.lr_scheduler_type} "
-        f"schedule after warmup, gradient clipping at {config.max_grad_norm}, global batch "
+        f"{config.adam_beta2}, weight decay {config.weight_decay} on matrices), {describe_schedule(config)}, "
+        f"gradient clipping at {config.max_grad_norm}, global batch "
         f"{config.global_batch_size(accelerator.num_processes)} sequences, {accelerator.num_processes} process(es), "
         f"mixed precision {accelerator.mixed_precision}, seed {config.seed}. Trained with `training/pretrain.py` of "
         "sinusoidal-encoder."
