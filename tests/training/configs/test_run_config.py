@@ -406,6 +406,11 @@ BAD_INPUT = [
     ("pretrain", ["--output_dir", "OUT", "--seq_length_schedule", "48:10"], "--seq_length_schedule"),
     (
         "pretrain",
+        ["--output_dir", "OUT", "--with_tracking", "--report_to", "tensorboard,wandbb"],
+        "--report_to 'tensorboard,wandbb': accelerate has no tracker 'wandbb': choose from all, ",
+    ),
+    (
+        "pretrain",
         ["--output_dir", "OUT", "--lr_scheduler_kwargs", "{num_decay_steps: 4}"],
         "--lr_scheduler_kwargs must be a JSON object",
     ),

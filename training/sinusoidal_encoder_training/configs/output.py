@@ -68,7 +68,11 @@ class OutputConfig(FlagConfig):
         default=False, metadata={"help": "Log metrics to the trackers of --report_to."}
     )
     report_to: str = dataclasses.field(
-        default="all", metadata={"help": "Trackers for --with_tracking: 'tensorboard', 'wandb', ..., or 'all'."}
+        default="all",
+        metadata={
+            "help": "Trackers for --with_tracking: 'tensorboard', 'wandb', ..., several separated by commas, or "
+            "'all' (those installed)."
+        },
     )
     push_to_hub: bool = dataclasses.field(
         default=False, metadata={"help": "Upload the final folder (not checkpoints/)."}
@@ -87,6 +91,12 @@ class OutputConfig(FlagConfig):
             raise UsageError("--push_to_hub needs --hub_model_id.")
         if self.hub_model_id is not None:  # also named by the card without --push_to_hub
             check_hub_model_id(self.hub_model_id)
+        if self.with_tracking:
+            from sinusoidal_encoder_training.runs.accelerator import tracker_problem  # imports torch: only here
+
+            problem = tracker_problem(self.report_to)
+            if problem:
+                raise UsageError(problem)
         if self.resume_from_checkpoint not in (None, "latest"):
             if not os.path.isdir(self.resume_from_checkpoint):
                 raise UsageError(

@@ -120,6 +120,38 @@ def bf16_is_fast() -> bool:
     )
 
 
+def trackers(report_to: str) -> list[str]:
+    """The trackers `--report_to` names: one, several separated by commas, or 'all'."""
+    return [name.strip() for name in report_to.split(",") if name.strip()]
+
+
+def tracker_problem(report_to: str) -> str | None:
+    """Why accelerate would not log to `--report_to` (a tracker it has not, or one whose package is not installed,
+    which accelerate would skip with a warning and train on), in one line; None when it would."""
+    from accelerate.tracking import get_available_trackers
+    from accelerate.utils import LoggerType
+
+    names, known = trackers(report_to), LoggerType.list()
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        return (
+            f"--report_to {report_to!r}: accelerate has no tracker {unknown[0]!r}: choose from {', '.join(known)}; "
+            "several separated by commas."
+            if unknown
+            else "--report_to names no tracker: 'tensorboard', 'wandb', ..., or 'all'."
+        )
+    installed = [str(tracker) for tracker in get_available_trackers()]
+    if "all" in names and not installed:
+        return "--report_to all: no tracker's package is installed: pip install tensorboard (or wandb, mlflow, ...)."
+    missing = [name for name in names if name != "all" and name not in installed]
+    if missing:
+        return (
+            f"--report_to {report_to}: the package of the tracker {missing[0]!r} is not installed "
+            f"(installed: {', '.join(installed) or 'none'}): pip install {missing[0]}, or choose another."
+        )
+    return None
+
+
 def new_accelerator(**kwargs: Any) -> Accelerator:
     """`Accelerator(**kwargs)` with these settings whatever an earlier run in this process chose. accelerate keeps
     mixed precision and the compile plugin in one state for the whole process (`AcceleratorState`): a second
@@ -150,7 +182,7 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
         ),
-        log_with=config.report_to if config.with_tracking else None,
+        log_with=trackers(config.report_to) if config.with_tracking else None,
         project_dir=config.output_dir,
         mixed_precision=config.mixed_precision,
         dynamo_plugin=compile_plugin,
