@@ -40,6 +40,7 @@ from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.torch import load_file
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.publishing.hub import files_to_upload
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 
@@ -345,7 +346,9 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, c
     assert f"step 3 evaluation: eval_loss {evals[0]['eval_loss']:.4f}" in proc.stdout + proc.stderr
     assert "nats above the unigram baseline" in proc.stdout and "order gap" in proc.stdout  # worse, as asserted above
     assert evals[-1]["eval_perplexity"] == pytest.approx(torch.tensor(evals[-1]["eval_loss"]).exp().item())
-    assert list(out.glob("pretrain/**/events.out.tfevents.*")) or list(out.glob("**/events.out.tfevents.*"))
+    logs = [path.relative_to(out).as_posix() for path in out.glob("**/events.out.tfevents.*")]
+    assert logs and all(path.startswith("runs/pretraining/") for path in logs)  # where transformers' Trainer logs
+    assert not set(logs) & set(files_to_upload(str(out)))  # and stay local
     # the model card: YAML metadata and the figures of this run
     card = (out / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])

@@ -120,6 +120,9 @@ def bf16_is_fast() -> bool:
     )
 
 
+TRACKER_LOGS = "runs"  # the folder of the run's --output_dir that the trackers write into
+
+
 def trackers(report_to: str) -> list[str]:
     """The trackers `--report_to` names: one, several separated by commas, or 'all'."""
     return [name.strip() for name in report_to.split(",") if name.strip()]
@@ -169,7 +172,13 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
     """An Accelerator whose gradient accumulation follows our step windows (never the end of a DataLoader), with
     trackers when asked, quiet library logs on non-main processes, and every RNG seeded; before it, a `UsageError`
     where the loaders' workers could not hand their batches over (`check_worker_handover`)."""
-    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, TorchDynamoPlugin, set_seed
+    from accelerate.utils import (
+        DataLoaderConfiguration,
+        GradientAccumulationPlugin,
+        ProjectConfiguration,
+        TorchDynamoPlugin,
+        set_seed,
+    )
 
     check_worker_handover(config)
     compile_plugin = None  # without --torch_compile, accelerate's own configuration decides
@@ -183,7 +192,10 @@ def make_accelerator(config: TrainingConfig) -> Accelerator:
             num_steps=config.gradient_accumulation_steps, sync_with_dataloader=False
         ),
         log_with=trackers(config.report_to) if config.with_tracking else None,
-        project_dir=config.output_dir,
+        # trackers' logs in runs/ (transformers' Trainer's place for them), which an upload leaves local
+        project_config=ProjectConfiguration(
+            project_dir=config.output_dir, logging_dir=os.path.join(config.output_dir, TRACKER_LOGS)
+        ),
         mixed_precision=config.mixed_precision,
         dynamo_plugin=compile_plugin,
         dataloader_config=DataLoaderConfiguration(non_blocking=torch.cuda.is_available()),  # with pinned batches
