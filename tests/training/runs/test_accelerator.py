@@ -10,7 +10,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import DynamoBackend
 
 from sinusoidal_encoder_training.configs import TrainingConfig
-from sinusoidal_encoder_training.runs.accelerator import make_accelerator, new_accelerator, tracker_problem
+from sinusoidal_encoder_training.runs.accelerator import make_accelerator, new_accelerator
 
 
 @pytest.fixture(autouse=True)
@@ -32,28 +32,3 @@ def test_runs_in_one_process_each_get_the_settings_they_ask_for(tmp_path):
     assert run_settings(tmp_path, "b") == ("no", DynamoBackend.NO)  # was compiled, as the run before it
     assert run_settings(tmp_path, "c", mixed_precision="bf16") == ("bf16", DynamoBackend.NO)  # was refused
     assert new_accelerator().mixed_precision == "no"  # an evaluation after it: was in bf16
-
-
-@pytest.mark.parametrize(
-    ("report_to", "problem"),
-    [
-        ("tensorboard", None),
-        ("all", None),
-        ("tensorboard,mlflow", "--report_to tensorboard,mlflow: the package of the tracker 'mlflow' is not installed"),
-        ("wandb", "(installed: tensorboard): pip install wandb, or choose another."),
-        ("tensorbord", "accelerate has no tracker 'tensorbord': choose from all, "),
-    ],
-)
-def test_trackers_that_would_be_skipped_are_named_before_the_run(monkeypatch, report_to, problem):
-    """accelerate skips a tracker whose package is missing with a warning and trains on, unlogged: refused instead,
-    in one line (here, of the installed trackers, tensorboard alone)."""
-    from accelerate import tracking
-    from accelerate.utils import LoggerType
-
-    monkeypatch.setattr(tracking, "_available_trackers", [LoggerType.TENSORBOARD])
-    found = tracker_problem(report_to)
-    assert found == problem if problem is None else problem in found
-    monkeypatch.setattr(tracking, "_available_trackers", [])
-    assert tracker_problem("all") == (
-        "--report_to all: no tracker's package is installed: pip install tensorboard (or wandb, mlflow, ...)."
-    )

@@ -92,7 +92,7 @@ class OutputConfig(FlagConfig):
         if self.hub_model_id is not None:  # also named by the card without --push_to_hub
             check_hub_model_id(self.hub_model_id)
         if self.with_tracking:
-            from sinusoidal_encoder_training.runs.accelerator import tracker_problem  # imports torch: only here
+            from sinusoidal_encoder_training.runs.trackers import tracker_problem  # imports accelerate: only here
 
             problem = tracker_problem(self.report_to)
             if problem:

@@ -1,6 +1,6 @@
 """The Accelerator of a run and the loaders it prepares: processes, mixed precision, compilation (accelerate's
-dynamo plugin), seeds, and the DataLoaders' batch sizes, workers and page-locked memory by device; and whether bf16
-pays on this machine."""
+dynamo plugin), trackers, seeds, and the DataLoaders' batch sizes, workers and page-locked memory by device; and
+whether bf16 pays on this machine."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from accelerate import Accelerator
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
 from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
+from sinusoidal_encoder_training.runs.trackers import TRACKER_LOGS, trackers
 
 
 def make_loaders(
@@ -118,41 +119,6 @@ def bf16_is_fast() -> bool:
     return any(
         getattr(torch.cpu, name, lambda: False)() for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     )
-
-
-TRACKER_LOGS = "runs"  # the folder of the run's --output_dir that the trackers write into
-
-
-def trackers(report_to: str) -> list[str]:
-    """The trackers `--report_to` names: one, several separated by commas, or 'all'."""
-    return [name.strip() for name in report_to.split(",") if name.strip()]
-
-
-def tracker_problem(report_to: str) -> str | None:
-    """Why accelerate would not log to `--report_to` (a tracker it has not, or one whose package is not installed,
-    which accelerate would skip with a warning and train on), in one line; None when it would."""
-    from accelerate.tracking import get_available_trackers
-    from accelerate.utils import LoggerType
-
-    names, known = trackers(report_to), LoggerType.list()
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        return (
-            f"--report_to {report_to!r}: accelerate has no tracker {unknown[0]!r}: choose from {', '.join(known)}; "
-            "several separated by commas."
-            if unknown
-            else "--report_to names no tracker: 'tensorboard', 'wandb', ..., or 'all'."
-        )
-    installed = [str(tracker) for tracker in get_available_trackers()]
-    if "all" in names and not installed:
-        return "--report_to all: no tracker's package is installed: pip install tensorboard (or wandb, mlflow, ...)."
-    missing = [name for name in names if name != "all" and name not in installed]
-    if missing:
-        return (
-            f"--report_to {report_to}: the package of the tracker {missing[0]!r} is not installed "
-            f"(installed: {', '.join(installed) or 'none'}): pip install {missing[0]}, or choose another."
-        )
-    return None
 
 
 def new_accelerator(**kwargs: Any) -> Accelerator:

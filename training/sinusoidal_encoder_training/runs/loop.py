@@ -30,6 +30,7 @@ from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metr
 from sinusoidal_encoder_training.runs.optimization import make_scheduler
 from sinusoidal_encoder_training.runs.run_folder import empty_claimed_folder
 from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
+from sinusoidal_encoder_training.runs.trackers import init_trackers
 
 
 class TrainingProgress:
@@ -272,7 +273,7 @@ def start_run(
     accelerator.register_for_checkpointing(progress)
     resumed = resume(accelerator, config)
     if config.with_tracking:
-        init_trackers(accelerator, config, task.name, plan)
+        init_trackers(accelerator, config, task.name, plan.max_train_steps)
     log = MetricsLog(
         accelerator, config.output_dir, progress.completed_steps if resumed else None, config.with_tracking
     )
@@ -294,14 +295,6 @@ def start_run(
     return Run(
         accelerator, config, model, optimizer, scheduler, task, eval_loader, plan, progress, log, watch, stop, bar
     )
-
-
-def init_trackers(accelerator: Accelerator, config: TrainingConfig, name: str, plan: StepPlan) -> None:
-    """The trackers of `--report_to`, given every setting of the run (with the steps it is set for) as a scalar or
-    a string: tensorboard's hparams rejects anything else."""
-    flags = {**dataclasses.asdict(config), "max_train_steps": plan.max_train_steps}
-    hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flags.items() if v is not None}
-    accelerator.init_trackers(name, config=hparams)
 
 
 def print_header(accelerator: Accelerator, config: TrainingConfig, model, header: list[str], plan: StepPlan) -> None:

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
-from sinusoidal_encoder_training.configs import TrainingConfig
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
+
+    from sinusoidal_encoder_training.configs import TrainingConfig  # not imported: the configs check schedules here
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
