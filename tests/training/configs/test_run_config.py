@@ -193,6 +193,15 @@ def test_every_documented_flag_is_in_the_help(command, capsys):
         assert len(documented) > 3, documented
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_help_shows_its_examples_line_by_line(command, capsys):
+    """The example calls in a command's help keep their lines: a docstring's lone backslash at a line's end joined
+    the next line to it, `M             --dataset_name`, and the shown command lost its continuation."""
+    description = re.split(r"^(?:options|positional arguments):$", help_text(command, capsys), flags=re.M)[0]
+    joined = [line for line in description.splitlines()[1:] if re.search(r"\S {4,}[^\s#]", line)]
+    assert not joined, joined
+
+
 HEAVY = ("torch", "transformers", "datasets", "accelerate", "tokenizers")
 
 

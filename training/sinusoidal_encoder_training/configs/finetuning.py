@@ -81,10 +81,10 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
             --label_column_name ner_tags --output_dir out
         # question answering on SQuAD-format rows (question, context, answers), multiple choice on SWAG's
         # (sent1, sent2, ending0, ending1, ..., label)
-        python training/finetune.py --task question-answering --model_name_or_path M \
+        python training/finetune.py --task question-answering --model_name_or_path M \\
             --dataset_name rajpurkar/squad --max_length 384 --doc_stride 128 --output_dir out
-        python training/finetune.py --task multiple-choice --model_name_or_path M \
-            --train_file docs/examples/multiple_choice.jsonl \
+        python training/finetune.py --task multiple-choice --model_name_or_path M \\
+            --train_file docs/examples/multiple_choice.jsonl \\
             --validation_file docs/examples/multiple_choice_validation.jsonl --output_dir out
 
     Labels become `id2label`/`label2id` in the saved config; metrics are computed locally (accuracy and macro-F1;
