@@ -342,7 +342,7 @@ def test_overwrite_empties_nothing_when_the_run_stops_on_bad_data(holds, tmp_pat
     """`--overwrite_output_dir` empties the folder only once the run's data and model are ready: a run that stops on
     bad data (a validation file without one block, a batch larger than the data, training labels of one class)
     leaves the folder as it was, a finished run's model and the user's own files alike, and no lock of its own
-    behind once it has ended."""
+    behind as it stops."""
     from accelerate.state import AcceleratorState
 
     from sinusoidal_encoder_training.configs import FinetuningConfig
@@ -368,8 +368,7 @@ def test_overwrite_empties_nothing_when_the_run_stops_on_bad_data(holds, tmp_pat
         fewer = r"^One epoch of \d+ training examples holds 0 full batch\(es\) of --per_device_train_batch_size=4096 "
         with pytest.raises(UsageError, match=fewer):
             pretrain(tiny_pretraining(corpus, folder, per_device_train_batch_size=4096, overwrite_output_dir=True))
-        held = folder_digest(folder)
-        assert held.pop("checkpoints/.lock") and held == {k: v for k, v in before.items() if k != "checkpoints/.lock"}
+        assert folder_digest(folder) == before  # each refused run gave the folder back as it stopped
         AcceleratorState._reset_state(reset_partial_state=True)
         one_class = tmp_path / "one_class.jsonl"
         one_class.write_text("".join(json.dumps({"text": f"text {i}", "label": "a"}) + "\n" for i in range(40)))
@@ -387,3 +386,65 @@ def test_overwrite_empties_nothing_when_the_run_stops_on_bad_data(holds, tmp_pat
         AcceleratorState._reset_state(reset_partial_state=True)
     assert folder_digest(folder) == before
     assert (folder / "checkpoints").exists() == (holds == "a finished run")  # no lock of this run's left behind
+
+
+@pytest.mark.parametrize("stage", ["pretraining", "fine-tuning"])
+@pytest.mark.parametrize("where", ["a new folder in a new folder", "an empty folder"])
+def test_a_run_stopped_by_bad_data_after_its_claim_leaves_the_disk_as_it_found_it(
+    stage, where, tmp_path, corpus, pretrained
+):
+    """Bad data shows once the data is read, after the run claimed its folder (locked it, wrote its record): as the
+    run stops, it gives the folder back (another run may take it at once) and takes back what its claim made, the
+    folders on the way too; a folder that was there stays, empty."""
+    from accelerate.state import AcceleratorState
+
+    from sinusoidal_encoder_training.configs import FinetuningConfig
+    from sinusoidal_encoder_training.runs import run_folder
+    from sinusoidal_encoder_training.stages.finetuning import finetune
+    from sinusoidal_encoder_training.stages.pretraining import pretrain
+
+    out = tmp_path / "new" / "out" if where == "a new folder in a new folder" else tmp_path / "out"
+    if where == "an empty folder":
+        out.mkdir()
+    data = tmp_path / ("data.txt" if stage == "pretraining" else "data.jsonl")
+    try:
+        if stage == "pretraining":
+            data.write_text("Too short for a block.\n")
+            with pytest.raises(UsageError, match="The validation split holds no complete block"):
+                pretrain(tiny_pretraining(corpus, out, validation_file=str(data)))
+        else:
+            data.write_text("".join(json.dumps({"text": f"text {i}", "label": "a"}) + "\n" for i in range(40)))
+            config = FinetuningConfig(model_name_or_path=pretrained, train_file=str(data), output_dir=str(out))
+            with pytest.raises(UsageError, match="The training labels hold a single class"):
+                finetune(config)
+        assert str(out) not in run_folder._held_locks
+    finally:
+        run_folder.release_all_locks()
+        AcceleratorState._reset_state(reset_partial_state=True)
+    left = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*"))
+    assert left == [data.name] + (["out"] if where == "an empty folder" else [])
+
+
+@pytest.mark.parametrize("written", ["nothing", "its log", "a checkpoint"])
+def test_what_a_stopped_run_wrote_keeps_its_record(written, tmp_path, corpus):
+    """Only a claim the run wrote nothing beside is taken back: a run that logged before it stopped keeps its record
+    (the next run starts it again without `--overwrite_output_dir`), a checkpoint keeps everything."""
+    from types import SimpleNamespace
+
+    from sinusoidal_encoder_training.runs import run_folder
+
+    out = tmp_path / "out"
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1, mixed_precision="no")
+    run_folder.claim_output_folder(accelerator, tiny_pretraining(corpus, out), "pretraining")
+    assert sorted(path.name for path in (out / "checkpoints").iterdir()) == [".lock", "run.json"]
+    if written == "its log":
+        (out / "metrics.jsonl").write_text("{}\n")
+    elif written == "a checkpoint":
+        (out / "checkpoints" / "step_1").mkdir()
+    with pytest.raises(UsageError):
+        with run_folder.given_back_if_stopped(accelerator, str(out)):
+            raise UsageError("bad data")
+    assert str(out) not in run_folder._held_locks and str(out) not in run_folder._made
+    assert out.exists() == (written != "nothing")
+    if written != "nothing":
+        assert (out / "checkpoints" / "run.json").exists() and (out / "checkpoints" / ".lock").read_text() == ""

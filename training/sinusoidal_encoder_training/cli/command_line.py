@@ -53,7 +53,12 @@ EXTRA_OF_MODULE = {
 
 class UsageError(ValueError):
     """A problem with what the user passed, whose message names the flag or path and what to do. A `ValueError`, so
-    that code calling the library directly catches it as before."""
+    that code calling the library directly catches it as before. `shared`: raised alike by every process of a
+    launch (one process's finding, passed to the others): the command line shows it once, from the first process."""
+
+    def __init__(self, message: str, *, shared: bool = False):
+        super().__init__(message)
+        self.shared = shared
 
 
 class Interrupted(KeyboardInterrupt):
@@ -371,6 +376,8 @@ def front() -> Iterator[None]:
     except UsageError as error:
         if debugging():
             raise
+        if error.shared and os.environ.get("RANK", "0") != "0":  # the first process of the launch shows it
+            raise SystemExit(2) from None
         _fail(f"error: {error}", 2)
     except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
         usage = missing_extra(error)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from accelerate import Accelerator
@@ -15,6 +16,8 @@ from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
 from sinusoidal_encoder_training.runs.compilation import compile_once_per_mode
 from sinusoidal_encoder_training.runs.trackers import TRACKER_LOGS, trackers
+
+T = TypeVar("T")
 
 
 def make_loaders(
@@ -53,6 +56,33 @@ def make_loaders(
         **loader_settings(config, eval_set),
     )
     return train_loader, eval_loader
+
+
+def main_process_first(accelerator: Accelerator, work: Callable[[], T]) -> T:
+    """`work()` (reading and preparing the data) on the main process, then on the others, which read what it cached:
+    accelerate's `main_process_first`, but a `UsageError` the main process raises (bad data) is raised by every
+    process, before the others do the work. With accelerate's, the others were left at a barrier the main process
+    never reached, and each ended in a traceback when it exited."""
+    if accelerator.num_processes == 1:
+        return work()
+    from accelerate.utils import broadcast_object_list
+
+    found = None
+    if accelerator.is_main_process:
+        try:
+            result = work()
+        except UsageError as error:
+            found = error
+    accelerator.wait_for_everyone()
+    problem = broadcast_object_list([None if found is None else str(found)])[0]
+    if found is not None:
+        found.shared = True
+        raise found
+    if problem is not None:
+        raise UsageError(problem, shared=True)
+    if not accelerator.is_main_process:
+        result = work()
+    return result
 
 
 def prepare_training(accelerator: Accelerator, model, optimizer, train_loader, eval_loader) -> tuple:

@@ -13,6 +13,9 @@ or refused.
 - One writer: the main process holds a lock on `checkpoints/.lock` (`fcntl.lockf`) for the run's life. A second run
   on the folder is refused with the first one's process id; the lock of a process that was killed goes with it,
   and the next run says it takes it over.
+- A run that stops having written nothing but its record and lock (bad data found after the claim) takes back what
+  its claim made when it stops: `checkpoints/`, and the folders on the way when the claim made them
+  (`given_back_if_stopped`, `release_lock`).
 
 Every process of a launch takes the same decision: the main process checks, and its answer is shared."""
 
@@ -26,7 +29,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
@@ -65,9 +68,11 @@ MAY_CHANGE = frozenset(
     }
 )
 _held_locks: dict[str, int] = {}  # output folder -> the open lock file of this process
-# output folder -> (the record of the run that claimed it to empty it, whether the claim made its checkpoints/ for
-# the lock alone): until `empty_claimed_folder`
-_to_empty: dict[str, tuple[dict[str, Any], bool]] = {}
+# output folder -> the record of the run that claimed it to empty it: until `empty_claimed_folder`
+_to_empty: dict[str, dict[str, Any]] = {}
+# output folder -> (the nearest folder on its path that was there before the claim, or None when the folder was;
+# whether the claim made its checkpoints/): what `release_lock` takes back when the run wrote nothing else
+_made: dict[str, tuple[str | None, bool]] = {}
 
 
 def run_settings(config: Any, stage: str, processes: int, mixed_precision: str) -> dict[str, Any]:
@@ -264,17 +269,38 @@ def lock_holder(output_dir: str) -> str | None:
 
 
 def release_lock(output_dir: str) -> None:
-    """Give the lock of `output_dir` back; the lock file and its folder go too when the run made that folder for
-    the lock alone and stopped before emptying the folder it claimed (`--overwrite_output_dir`)."""
+    """Give the lock of `output_dir` back. When the claim made `checkpoints/` and the run left nothing there but its
+    lock and record (no checkpoint), and nothing else in the folder (or, not yet emptied for `--overwrite_output_dir`,
+    no record), they go too, and the folders the claim made on the way when left empty: a run stopped by bad
+    data leaves the disk as it found it (removed while the lock is held: no other run writes there meanwhile)."""
     fd = _held_locks.pop(output_dir, None)
     if fd is not None:
         os.ftruncate(fd, 0)
-        os.close(fd)
-    _, lock_only = _to_empty.pop(output_dir, (None, False))
-    if lock_only:
+    _to_empty.pop(output_dir, None)
+    existed, made_checkpoints = _made.pop(output_dir, (None, False))
+    if made_checkpoints:
         with contextlib.suppress(OSError):  # the folder went, or something else was written there
-            os.remove(os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
-            os.rmdir(checkpoints_dir(output_dir))
+            _take_back_claim(output_dir, existed)
+    if fd is not None:
+        os.close(fd)
+
+
+def _take_back_claim(output_dir: str, existed: str | None) -> None:
+    """Remove what a claim wrote (see `release_lock`) if the run wrote nothing else; the folders it made on the way
+    to the output folder too (up to `existed`, the nearest one that was there), when left empty."""
+    folder = checkpoints_dir(output_dir)
+    held = set(os.listdir(folder))
+    if not held <= {LOCK_FILE, RUN_FILE}:
+        return  # a checkpoint (or anything else) in checkpoints/
+    if RUN_FILE in held and os.listdir(output_dir) != [os.path.basename(folder)]:
+        return  # the run wrote into the folder (its log, its model): its record stays, to start it again
+    for name in held:
+        os.remove(os.path.join(folder, name))
+    os.rmdir(folder)
+    made = os.path.abspath(output_dir)
+    while existed is not None and made != existed and not os.listdir(made):
+        os.rmdir(made)
+        made = os.path.dirname(made)
 
 
 def release_all_locks() -> None:
@@ -317,12 +343,16 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
             problem = check_resume(checkpoint, run) if checkpoint else None
         try:
             if problem is None:
+                # what the claim makes, now or by a claim of this process still held (a run again in one process)
+                made_before = _made.get(output_dir, (None, False))
+                existed = made_before[0] if output_dir in _made else existing_parent(output_dir)
                 os.makedirs(output_dir, exist_ok=True)
-                # checkpoints/ made for the lock alone, now or by a claim of this process still pending
-                lock_only = not os.path.isdir(checkpoints_dir(output_dir)) or _to_empty.get(output_dir, ({}, False))[1]
+                made_checkpoints = not os.path.isdir(checkpoints_dir(output_dir)) or made_before[1]
                 problem = take_lock(output_dir, report=print)
+                if problem is None:
+                    _made[output_dir] = (existed if existed != os.path.abspath(output_dir) else None), made_checkpoints
             if problem is None and config.overwrite_output_dir:  # emptied later, by `empty_claimed_folder`
-                _to_empty[output_dir] = run, lock_only  # a lock folder of its own: removed if the run stops first
+                _to_empty[output_dir] = run
             elif problem is None:
                 clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
                 write_run(checkpoints_dir(output_dir), run)
@@ -331,6 +361,20 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
             problem = cannot_write(output_dir, error)
     _share_problem(accelerator, problem)
     return run
+
+
+@contextlib.contextmanager
+def given_back_if_stopped(accelerator: Accelerator, output_dir: str) -> Iterator[None]:
+    """The run's work after `claim_output_folder`: when it stops with an exception (bad data found once read, an
+    interruption), the main process gives the folder back then (`release_lock`: the lock, and what the claim made if
+    the run wrote nothing else), not when the process ends: code that goes on (a notebook, a script that catches the
+    error) finds the folder free and the disk as the run found it."""
+    try:
+        yield
+    except BaseException:
+        if accelerator.is_main_process:
+            release_lock(output_dir)
+        raise
 
 
 def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
@@ -345,7 +389,7 @@ def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
     if accelerator.is_main_process and output_dir in _to_empty:
         try:
             empty_folder(output_dir, keep=os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
-            write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir)[0])
+            write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir))
         except OSError as error:
             release_lock(output_dir)
             problem = cannot_write(output_dir, error)
@@ -364,4 +408,4 @@ def _share_problem(accelerator: Accelerator, problem: str | None) -> None:
 
     problem = broadcast_object_list([problem])[0] if accelerator.num_processes > 1 else problem
     if problem is not None:
-        raise UsageError(problem)
+        raise UsageError(problem, shared=accelerator.num_processes > 1)

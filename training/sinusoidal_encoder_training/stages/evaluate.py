@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import datasets
 import torch
@@ -32,7 +32,7 @@ from sinusoidal_encoder_training.data.batches import IndexedExamples, IndexedStr
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, pack_blocks, tokenize_documents
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
-from sinusoidal_encoder_training.runs.accelerator import new_accelerator
+from sinusoidal_encoder_training.runs.accelerator import main_process_first, new_accelerator
 from sinusoidal_encoder_training.runs.atomic import temporary_path
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.metrics_log import format_metrics, write_json
@@ -150,10 +150,13 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
     """The metrics of a masked-LM folder at each length (`MaskedLMEvaluation`: loss, perplexity, unigram baseline,
     order gap, masked tokens), each printed with the sentence that reads it."""
     model, tokenizer = load_model(config, accelerator)
-    with accelerator.main_process_first():
+
+    def prepare() -> dict[int, Any]:
         raw = load_raw_datasets(config, config.seed)
         tokenized = tokenize_documents(raw, tokenizer, config.text_column_name, config.preprocessing_num_workers)
-        prepared = {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}
+        return {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}
+
+    prepared = main_process_first(accelerator, prepare)
     model = accelerator.prepare(model)
     exact = config.mask_count == "exact"
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval", exact_count=exact)

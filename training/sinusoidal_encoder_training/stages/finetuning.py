@@ -46,11 +46,16 @@ from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
-from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders, prepare_training
+from sinusoidal_encoder_training.runs.accelerator import (
+    main_process_first,
+    make_accelerator,
+    make_loaders,
+    prepare_training,
+)
 from sinusoidal_encoder_training.runs.loop import StageResult, train
 from sinusoidal_encoder_training.runs.metrics_log import write_json
 from sinusoidal_encoder_training.runs.optimization import describe_schedule, make_optimizer
-from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
+from sinusoidal_encoder_training.runs.run_folder import claim_output_folder, given_back_if_stopped
 from sinusoidal_encoder_training.tasks.recipes import (
     STAGE,
     HeadPlan,
@@ -205,6 +210,14 @@ def head_line(new: list[str]) -> str:
     return f"Head = new on the folder's encoder, initialised at random: {', '.join(new)}"
 
 
+def read_and_prepare(
+    config: FinetuningConfig, recipe, tokenizer, model_config
+) -> tuple[datasets.DatasetDict, Prepared]:
+    """The task's raw splits (`load_task_data`) and what its recipe prepares of them."""
+    raw = load_task_data(config)
+    return raw, recipe.prepare(config, raw, tokenizer, model_config)
+
+
 def finetune(
     config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
 ) -> FinetuningResult:
@@ -225,37 +238,40 @@ def finetune(
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
     tokenizer = load_tokenizer(config, model_config)
     claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
-    if config.builtin and not config.with_baselines:
-        accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
-    recipe = importlib.import_module(TASKS[config.task].recipe)
-    folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
-    with accelerator.main_process_first():
-        raw = load_task_data(config)
-        prepared = recipe.prepare(config, raw, tokenizer, model_config)
-    plan = plan_head(config, folder_config, *run_labels(config, model_config))
-    if model_init is None:
-        if plan.new_head is not None:
-            accelerator.print(plan.new_head)
-        model, new = load_task_model(config, model_config, plan)
-        header = [*prepared.header, head_line(new)]
-    else:
-        model, header = model_init(model_config), prepared.header
+    with given_back_if_stopped(accelerator, config.output_dir):  # bad data found once read: as found
+        if config.builtin and not config.with_baselines:
+            accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
+        recipe = importlib.import_module(TASKS[config.task].recipe)
+        folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
+        _, prepared = main_process_first(
+            accelerator, lambda: read_and_prepare(config, recipe, tokenizer, model_config)
+        )
+        plan = plan_head(config, folder_config, *run_labels(config, model_config))
+        if model_init is None:
+            if plan.new_head is not None:
+                accelerator.print(plan.new_head)
+            model, new = load_task_model(config, model_config, plan)
+            header = [*prepared.header, head_line(new)]
+        else:
+            model, header = model_init(model_config), prepared.header
 
-    generator = torch.Generator()
-    train_loader, eval_loader = make_loaders(
-        config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
-    )
-    optimizer = make_optimizer(model, config)
-    model, optimizer, train_loader, eval_loader = prepare_training(
-        accelerator, model, optimizer, train_loader, eval_loader
-    )
-    task = prepared.make_task(generator)
-    trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
-    final = trained.metrics
-    if prepared.extra_scores is not None and accelerator.is_main_process:
-        extra = optional_step("score the baselines", prepared.extra_scores, final)
-        final.update(extra or {})
-    return FinetuningResult(accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared)
+        generator = torch.Generator()
+        train_loader, eval_loader = make_loaders(
+            config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
+        )
+        optimizer = make_optimizer(model, config)
+        model, optimizer, train_loader, eval_loader = prepare_training(
+            accelerator, model, optimizer, train_loader, eval_loader
+        )
+        task = prepared.make_task(generator)
+        trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
+        final = trained.metrics
+        if prepared.extra_scores is not None and accelerator.is_main_process:
+            extra = optional_step("score the baselines", prepared.extra_scores, final)
+            final.update(extra or {})
+        return FinetuningResult(
+            accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared
+        )
 
 
 def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> dict[str, float]:
@@ -268,9 +284,9 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
     recipe = importlib.import_module(TASKS[config.task].recipe)
     folder_config = copy.deepcopy(model_config)
     try:
-        with accelerator.main_process_first():
-            raw = load_task_data(config)
-            prepared = recipe.prepare(config, raw, tokenizer, model_config)
+        raw, prepared = main_process_first(
+            accelerator, lambda: read_and_prepare(config, recipe, tokenizer, model_config)
+        )
         problem, labels = run_labels(config, model_config)
         plan = plan_head(config, folder_config, problem, labels)
     except OtherLabels as error:

@@ -44,12 +44,17 @@ from sinusoidal_encoder_training.data.pipeline import (
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
-from sinusoidal_encoder_training.runs.accelerator import make_accelerator, make_loaders, prepare_training
+from sinusoidal_encoder_training.runs.accelerator import (
+    main_process_first,
+    make_accelerator,
+    make_loaders,
+    prepare_training,
+)
 from sinusoidal_encoder_training.runs.compilation import uses_cuda_graphs
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
 from sinusoidal_encoder_training.runs.optimization import describe_schedule, make_optimizer
-from sinusoidal_encoder_training.runs.run_folder import claim_output_folder
+from sinusoidal_encoder_training.runs.run_folder import claim_output_folder, given_back_if_stopped
 from sinusoidal_encoder_training.tasks.registry import task_of_architecture
 
 
@@ -261,51 +266,65 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             )
         check_vocabulary(model_config, len(tokenizer))
     claim_output_folder(accelerator, config, MaskedLMTask.name)  # before the data: the folder, a resume's settings
-    with accelerator.main_process_first():
-        raw = load_raw_datasets(config, config.seed)
-        packed = tokenize_and_pack(
-            raw, tokenizer, config.max_seq_length, config.text_column_name, config.preprocessing_num_workers
+    with given_back_if_stopped(accelerator, config.output_dir):  # bad data found once read: as found
+        packed = main_process_first(
+            accelerator,
+            lambda: tokenize_and_pack(
+                load_raw_datasets(config, config.seed),
+                tokenizer,
+                config.max_seq_length,
+                config.text_column_name,
+                config.preprocessing_num_workers,
+            ),
         )
-    streaming = isinstance(packed["train"], datasets.IterableDataset)
-    if streaming:  # a map-style split's blocks are counted by `pack_blocks` and `plan_steps`
-        check_stream_blocks(packed, config.max_seq_length, config.global_batch_size(accelerator.num_processes))
-    if model is None:
-        model = build_model(config, tokenizer, model_config)
+        streaming = isinstance(packed["train"], datasets.IterableDataset)
+        if streaming:  # a map-style split's blocks are counted by `pack_blocks` and `plan_steps`
+            check_stream_blocks(packed, config.max_seq_length, config.global_batch_size(accelerator.num_processes))
+        if model is None:
+            model = build_model(config, tokenizer, model_config)
 
-    train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
-    masking = {"mlm_probability": config.mlm_probability, "seed": config.seed, "exact_count": exact_mask_count(config)}
-    train_masking = KeyedMaskingCollator(tokenizer, **masking)
-    eval_masking = KeyedMaskingCollator(tokenizer, **masking, epoch="eval")
-    wrap = IndexedStream if streaming else IndexedExamples
-    train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
-    # each index tagged with its epoch: the masks follow it into workers that persist from one epoch to the next
-    order = (
-        None if streaming else EpochTaggedSampler(torch.utils.data.RandomSampler(train_set, generator=train_generator))
-    )
-    train_loader, eval_loader = make_loaders(
-        config, train_set, eval_set, train_generator, train_masking, eval_masking, train_sampler=order
-    )
-    optimizer = make_optimizer(model, config)
-    model, optimizer, train_loader, eval_loader = prepare_training(
-        accelerator, model, optimizer, train_loader, eval_loader
-    )
+        train_generator = torch.Generator()  # the data order's own RNG: never draws from the global one
+        masking = {
+            "mlm_probability": config.mlm_probability,
+            "seed": config.seed,
+            "exact_count": exact_mask_count(config),
+        }
+        train_masking = KeyedMaskingCollator(tokenizer, **masking)
+        eval_masking = KeyedMaskingCollator(tokenizer, **masking, epoch="eval")
+        wrap = IndexedStream if streaming else IndexedExamples
+        train_set, eval_set = wrap(packed["train"]), wrap(packed["validation"])
+        # each index tagged with its epoch: the masks follow it into workers that persist from one epoch to the next
+        order = (
+            None
+            if streaming
+            else EpochTaggedSampler(torch.utils.data.RandomSampler(train_set, generator=train_generator))
+        )
+        train_loader, eval_loader = make_loaders(
+            config, train_set, eval_set, train_generator, train_masking, eval_masking, train_sampler=order
+        )
+        optimizer = make_optimizer(model, config)
+        model, optimizer, train_loader, eval_loader = prepare_training(
+            accelerator, model, optimizer, train_loader, eval_loader
+        )
 
-    tokens_per_step = config.global_batch_size(accelerator.num_processes) * config.max_seq_length
-    tokens_line = f"Tokens = {tokens_per_step:,} per step"
-    if config.max_train_steps is not None:  # else train() derives the steps from the epochs
-        tokens_line += f", {tokens_per_step * config.max_train_steps:,} in all"
-    header = [
-        f"Training examples (blocks of {config.max_seq_length} tokens) = "
-        f"{'streamed' if streaming else f'{len(train_set):,}'}",
-        tokens_line,
-        f"Masking = {describe_masking(config)}",
-    ]
-    unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
-    task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule, order)
-    trained = train(
-        accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
-    )
-    return PretrainingResult(accelerator, model, tokenizer, trained.progress, trained.metrics, trained.max_train_steps)
+        tokens_per_step = config.global_batch_size(accelerator.num_processes) * config.max_seq_length
+        tokens_line = f"Tokens = {tokens_per_step:,} per step"
+        if config.max_train_steps is not None:  # else train() derives the steps from the epochs
+            tokens_line += f", {tokens_per_step * config.max_train_steps:,} in all"
+        header = [
+            f"Training examples (blocks of {config.max_seq_length} tokens) = "
+            f"{'streamed' if streaming else f'{len(train_set):,}'}",
+            tokens_line,
+            f"Masking = {describe_masking(config)}",
+        ]
+        unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
+        task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule, order)
+        trained = train(
+            accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
+        )
+        return PretrainingResult(
+            accelerator, model, tokenizer, trained.progress, trained.metrics, trained.max_train_steps
+        )
 
 
 BUILTIN_CORPUS = (
