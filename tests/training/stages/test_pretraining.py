@@ -563,21 +563,31 @@ def test_two_processes_give_the_losses_of_one(tmp_path, corpus, monkeypatch, cap
 
 
 @pytest.mark.slow
-def test_bad_data_under_two_processes_stops_both_in_one_line_and_leaves_no_folder(tmp_path, corpus):
-    """Bad data shows when the main process reads it (`runs.accelerator.main_process_first`): both processes stop at
-    once, the line shown once; the other process no longer waits at a barrier the main process never reaches (its
-    traceback when the main process exited), and the new folder the run claimed is taken back."""
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("data", "pretrain.py: error: The validation split holds no complete block"),
+        ("a flag's value", "pretrain.py: error: --learning_rate must be positive, got -1.0."),
+        ("a flag", "pretrain.py: error: unrecognized arguments: --no_such_flag"),
+    ],
+)
+def test_bad_input_under_two_processes_stops_both_in_one_line_and_leaves_no_folder(bad, message, tmp_path, corpus):
+    """Every process of a launch finds the same bad flag, and bad data shows when the main process reads it
+    (`runs.accelerator.main_process_first`): both processes stop at once and the line is shown once, by the first
+    process; the other no longer waits at a barrier the main process never reaches (its traceback when the main
+    process exited), and the new folder the run claimed is taken back."""
     short = tmp_path / "short.txt"
     short.write_text("Too short for a block.\n")
     out = tmp_path / "new" / "out"
     launcher = (ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
     launcher += ("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0")
-    command = pretrain_cmd((corpus[0], short), out, "--max_train_steps", "2", launcher=launcher)
+    extra = {"data": (), "a flag's value": ("--learning_rate", "-1"), "a flag": ("--no_such_flag",)}[bad]
+    command = pretrain_cmd((corpus[0], short), out, "--max_train_steps", "2", *extra, launcher=launcher)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(ACCELERATE_USE_CPU="1"))
     ours = [line for line in proc.stderr.splitlines() if "pretrain.py: error:" in line]
-    assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-4000:]
-    assert "The validation split holds no complete block" in ours[0]
+    assert proc.returncode != 0 and len(ours) == 1 and ours[0].startswith(message), proc.stderr[-4000:]
     assert "[rank1]" not in proc.stderr and "[rank0]" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.stderr.count("usage: pretrain.py") == (bad == "a flag")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["short.txt"]
 
 

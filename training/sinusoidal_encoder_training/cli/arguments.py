@@ -15,9 +15,9 @@ import math
 import os
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, TypeVar
 
-from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.cli.command_line import UsageError, first_process_of_machine
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -324,8 +324,20 @@ class ConfigParser(argparse.ArgumentParser):
             groups[owners[field.name]].add_argument(name, **options)
 
     def parse_config(self, argv: list[str] | None = None) -> FlagConfig:
-        """The configuration of `argv` (`sys.argv[1:]` by default), built (and so checked) from the flags."""
-        return self.config_class(**vars(self.parse_args(argv)))
+        """The configuration of `argv` (`sys.argv[1:]` by default), built (and so checked) from the flags. Every
+        process of a launch parses the same flags: a refusal is `shared` (shown once per machine)."""
+        try:
+            return self.config_class(**vars(self.parse_args(argv)))
+        except UsageError as error:
+            error.shared = True
+            raise
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's refusal (the usage and one line, status 2), written by the first process of a machine alone
+        when every process of a launch parses the same flags."""
+        if not first_process_of_machine():
+            raise SystemExit(2)
+        super().error(message)
 
 
 def parse_config(

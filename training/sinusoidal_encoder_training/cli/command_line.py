@@ -54,7 +54,8 @@ EXTRA_OF_MODULE = {
 class UsageError(ValueError):
     """A problem with what the user passed, whose message names the flag or path and what to do. A `ValueError`, so
     that code calling the library directly catches it as before. `shared`: raised alike by every process of a
-    launch (one process's finding, passed to the others): the command line shows it once, from the first process."""
+    machine under `accelerate launch` (a finding each makes the same, or one process's passed to the others): the
+    command line shows it once, from the machine's first process (`first_process_of_machine`)."""
 
     def __init__(self, message: str, *, shared: bool = False):
         super().__init__(message)
@@ -361,6 +362,12 @@ def debugging() -> bool:
     return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
 
 
+def first_process_of_machine() -> bool:
+    """Whether this process is the first of its machine under `accelerate launch` (or torchrun), or runs alone: the
+    one that shows the errors every process of the machine raises alike (`UsageError.shared`, bad flags)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def _fail(message: str, status: int) -> NoReturn:
     print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
     raise SystemExit(status) from None
@@ -376,7 +383,7 @@ def front() -> Iterator[None]:
     except UsageError as error:
         if debugging():
             raise
-        if error.shared and os.environ.get("RANK", "0") != "0":  # the first process of the launch shows it
+        if error.shared and not first_process_of_machine():
             raise SystemExit(2) from None
         _fail(f"error: {error}", 2)
     except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs

@@ -37,7 +37,8 @@ def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -
         raise UsageError(
             f"--output_dir {config.output_dir} has {free / 1e9:.2f} GB free, and this run writes about "
             f"{needed / 1e9:.2f} GB ({how}): free space, keep fewer checkpoints (--checkpoints_total_limit), or "
-            "choose a folder on another disk."
+            "choose a folder on another disk.",
+            shared=True,  # every process of the machine reads the same disk
         )
 
 

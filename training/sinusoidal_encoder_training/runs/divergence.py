@@ -56,7 +56,9 @@ class LossWatch:
             self.last = (int(good_step), good_loss)
         if bad_step >= 0:
             what = f"The training loss is {bad_loss}"
-            raise UsageError(diverged_line(self.config, self.mixed_precision, what, int(bad_step), self.last))
+            raise UsageError(
+                diverged_line(self.config, self.mixed_precision, what, int(bad_step), self.last), shared=True
+            )
         self.seen = max(self.seen, int(good_step))
 
     def see(self, step: int, loss: float) -> None:
@@ -67,7 +69,8 @@ class LossWatch:
             return
         if not math.isfinite(loss):
             raise UsageError(
-                diverged_line(self.config, self.mixed_precision, f"The training loss is {loss}", step, self.last)
+                diverged_line(self.config, self.mixed_precision, f"The training loss is {loss}", step, self.last),
+                shared=True,  # the loss summed over every process
             )
         self.seen, self.last = step, (step, loss)
 
@@ -79,7 +82,7 @@ class LossWatch:
         self.see(step, loss)
         if bad:
             what = f"The weights hold {int(bad):,} NaN or infinite value(s)"
-            raise UsageError(diverged_line(self.config, self.mixed_precision, what, step, self.last))
+            raise UsageError(diverged_line(self.config, self.mixed_precision, what, step, self.last), shared=True)
 
 
 def non_finite_weights(model: torch.nn.Module) -> torch.Tensor:

@@ -177,7 +177,8 @@ def plan_steps(config: TrainingConfig, train_loader, streaming: bool) -> StepPla
         raise UsageError(
             f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} full batch(es) "
             f"of --per_device_train_batch_size={config.per_device_train_batch_size} per process, fewer than one "
-            f"step's --gradient_accumulation_steps={config.gradient_accumulation_steps}: lower the batch size."
+            f"step's --gradient_accumulation_steps={config.gradient_accumulation_steps}: lower the batch size.",
+            shared=True,  # every process holds as many batches
         )
     max_train_steps = config.max_train_steps
     if max_train_steps is None:

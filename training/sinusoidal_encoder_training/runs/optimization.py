@@ -58,7 +58,8 @@ def schedule_arguments(config: TrainingConfig, warmup_steps: int, total_steps: i
             raise UsageError(
                 f"--lr_scheduler_type warmup_stable_decay: {warmup_steps} warmup and {decay} decay steps are more "
                 f"than the run's {total_steps} optimizer steps: lower --num_warmup_steps or num_decay_steps in "
-                "--lr_scheduler_kwargs."
+                "--lr_scheduler_kwargs.",
+                shared=True,  # every process plans the same steps
             )
     return arguments
 
@@ -85,7 +86,8 @@ def build_schedule(config: TrainingConfig, optimizer, warmup_steps: int, total_s
         given = f"--lr_scheduler_kwargs '{config.lr_scheduler_kwargs}'" if config.lr_scheduler_kwargs else "none"
         raise UsageError(
             f"--lr_scheduler_type {config.lr_scheduler_type} cannot be made with the arguments given ({given}): "
-            f"{error}"
+            f"{error}",
+            shared=True,
         ) from None
 
 
