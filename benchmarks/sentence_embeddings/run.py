@@ -6,9 +6,10 @@ higher against its paraphrase than against an unrelated sentence (cosine similar
     python -m benchmarks.sentence_embeddings.run outputs/small-builtin --random_init 0   # the same model, untrained
 
 Every exported folder carries the sentence-transformers files (transformer + mean pooling), so
-`SentenceTransformer(folder)` loads it with no extra code. The set (`sinusoidal_encoder_training.stages.distillation`,
-which evaluates on it and never trains on it) is written in the domain of the built-in corpus (Python and library
-documentation): each paraphrase says the same thing in other words, each unrelated sentence is about something else.
+`SentenceTransformer(folder)` loads it with no extra code. The set (`sinusoidal_encoder_training.evaluation.
+similarity`: distillation evaluates on it and never trains on it) is written in the domain of the built-in corpus
+(Python and library documentation): each paraphrase says the same thing in other words, each unrelated sentence is
+about something else.
 TRIPLES' paraphrases share words with their sentence; LOW_OVERLAP_TRIPLES' share none, so only a model that has
 learnt meaning ranks those. A model made for sentence embeddings (`python training/distill.py`) is what this check
 is for: masked-LM pretraining alone ranks no better than a random initialisation (docs/deployment.md).
@@ -20,7 +21,7 @@ import argparse
 import re
 
 # the hand-checked set, which the distillation never trains on: (anchor, paraphrase, unrelated) triples
-from sinusoidal_encoder_training.stages.distillation import ALL_TRIPLES, LOW_OVERLAP_TRIPLES, TRIPLES  # noqa: F401
+from sinusoidal_encoder_training.evaluation.similarity import ALL_TRIPLES, LOW_OVERLAP_TRIPLES, TRIPLES  # noqa: F401
 
 # Function words left out when comparing the content of two sentences (the set's rule for LOW_OVERLAP_TRIPLES).
 STOP_WORDS = frozenset(

@@ -230,4 +230,4 @@ def test_a_non_finite_loss_stops_distillation_before_the_model_is_saved(tmp_path
     with pytest.raises(UsageError, match=r"^The training loss is nan at step 3 \(the last finite loss was"):
         distillation.distil(config)
     assert not (out / "model.safetensors").exists() and not (out / "distillation_results.json").exists()
-    assert sorted(os.listdir(out / "checkpoints")) == ["checkpoint-2"]
+    assert sorted(os.listdir(out / "checkpoints")) == [".lock", "checkpoint-2", "run.json"]  # the run's record kept

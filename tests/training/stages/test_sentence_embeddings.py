@@ -12,10 +12,11 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, env, tiny_config
+from conftest import REPO, env, folder_digest, tiny_config
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.cli.command_line import UsageError
+from sinusoidal_encoder_training.evaluation.similarity import held_out_sentences
 from sinusoidal_encoder_training.publishing.export import save_tokenizer, write_sentence_transformers_files
 from sinusoidal_encoder_training.stages import distillation
 
@@ -132,6 +133,65 @@ def test_the_command_helps_and_refuses_bad_input_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("holds", ["the user's files", "a fine-tuned model"])
+def test_a_folder_holding_anything_but_a_distillation_run_is_refused_and_left_as_it_was(holds, tmp_path, tokenizer):
+    """Distillation writes its model, results and caches into --output_dir: a folder that holds other files (the
+    user's own; a fine-tuned model, whose weights it replaced) is refused before any model is loaded, as pretraining
+    and fine-tuning refuse it."""
+    pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed")
+    student = exported_folder(tmp_path / "student", tokenizer)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    expected = "already holds files that are not this run's (notes.txt)"
+    if holds == "a fine-tuned model":
+        (out / "model.safetensors").write_bytes(b"weights")
+        (out / "checkpoints").mkdir()
+        (out / "checkpoints" / "run.json").write_text(json.dumps({"stage": "fine-tuning", "settings": {}}))
+        expected = "holds a fine-tuning run; this is distillation: choose another --output_dir, or pass"
+    before = folder_digest(out)
+    with pytest.raises(UsageError, match=re.escape(expected)):
+        distillation.distil(distillation.DistillationConfig(model_name_or_path=student, output_dir=str(out)))
+    assert folder_digest(out) == before
+
+
+def test_running_again_continues_only_the_same_run_and_overwrite_empties_the_folder(tmp_path, tokenizer):
+    """Run again, distillation continues the run its folder holds (recorded in `checkpoints/run.json`; a run of a
+    version that recorded none is known by its results and caches): with the same settings, or others that a resume
+    may change (more steps, other checkpoints); other settings are refused, naming each, unless
+    `--overwrite_output_dir`, which empties the folder once the sentences are ready."""
+    from sinusoidal_encoder_training.runs import run_folder
+
+    student = exported_folder(tmp_path / "student", tokenizer)
+    out = tmp_path / "out"
+
+    def claim(**settings):
+        config = distillation.DistillationConfig(model_name_or_path=student, output_dir=str(out), **settings)
+        run_folder.claim_folder_to_run_again(config, "distillation", distillation.earlier_distillation)
+        return config
+
+    try:
+        claim()
+        assert json.loads((out / "checkpoints" / "run.json").read_text())["stage"] == "distillation"
+        claim(max_train_steps=10, checkpointing_steps=5, teacher_batch_size=7)
+        (out / "distillation_results.json").write_text("{}")
+        differing = "holds a distillation run with other settings: --loss contrastive (now mse); --seed 0 (now 3)."
+        with pytest.raises(UsageError, match=re.escape(differing)):
+            claim(loss="mse", seed=3)
+        overwrite = claim(loss="mse", overwrite_output_dir=True)
+        assert (out / "distillation_results.json").exists()  # emptied later, once the sentences are ready
+        run_folder.empty_claimed_folder(None, overwrite)
+        assert sorted(path.name for path in (out / "checkpoints").iterdir()) == [".lock", "run.json"]
+        assert [path.name for path in out.iterdir()] == ["checkpoints"]
+        assert json.loads((out / "checkpoints" / "run.json").read_text())["settings"]["loss"] == "mse"
+    finally:
+        run_folder.release_all_locks()
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "teacher-embeddings-0123").mkdir()
+    assert distillation.earlier_distillation(str(earlier)) and not distillation.earlier_distillation(str(out))
+
+
 def test_default_teacher_offline_is_the_verified_packaged_copy(monkeypatch, tmp_path):
     folder = teacher_or_skip()
     assert os.path.isfile(os.path.join(folder, "model.safetensors"))
@@ -196,7 +256,7 @@ def test_distillation_resumes_and_never_trains_on_the_hand_checked_set(distilled
 
     trained_on = set(datasets.load_from_disk(distilled["caches"][0])["sentence"])
     assert len(trained_on) == first["train_sentences"] == 1500
-    assert not trained_on & distillation.held_out_sentences()
+    assert not trained_on & held_out_sentences()
     assert json.loads((out / "distillation_results.json").read_text())["steps"] == 200
 
 

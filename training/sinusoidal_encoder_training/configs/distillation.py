@@ -51,7 +51,19 @@ class DistillationConfig(DataConfig, LanguageConfig):
         }
     )
     output_dir: str = dataclasses.field(
-        metadata={"help": "Where the sentence-embedding model is written (run again to resume)."}
+        metadata={
+            "help": "Where the sentence-embedding model is written: a new or empty folder, or that of an earlier run "
+            "of the same settings, which running again resumes."
+        }
+    )
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Empty --output_dir when it holds other files (another run's, a model's, your own), once the "
+            "sentences are ready (a run stopped by bad data leaves it as it was): without it such a folder is "
+            "refused. Refused itself when the folder holds what the run reads.",
+            "clears": "output_dir",
+        },
     )
     teacher: str = dataclasses.field(
         default=DEFAULT_TEACHER,

@@ -1,2 +1,3 @@
 """Evaluation as a library, called by the training loop, the evaluate command and the lab: masked-LM scores on masked
-blocks (`masked_lm`: loss, perplexity, order gap, unigram baseline) and the tasks' metrics (`metrics`)."""
+blocks (`masked_lm`: loss, perplexity, order gap, unigram baseline), the tasks' metrics (`metrics`) and the
+hand-checked sentence-similarity set (`similarity`)."""

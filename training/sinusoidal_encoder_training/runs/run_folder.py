@@ -65,6 +65,7 @@ MAY_CHANGE = frozenset(
         "torch_compile",
         "torch_compile_backend",
         "torch_compile_mode",
+        "teacher_batch_size",  # distillation: how many sentences the teacher encodes at once (its cache is kept)
     }
 )
 _held_locks: dict[str, int] = {}  # output folder -> the open lock file of this process
@@ -148,17 +149,19 @@ def check_resume(checkpoint: str, run: dict[str, Any]) -> str | None:
     return None
 
 
-def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool) -> str | None:
+def folder_problem(
+    output_dir: str, stage: str, resuming: bool, overwrite: bool, earlier: Callable[[str], bool] | None = None
+) -> str | None:
     """Why a run of `stage` may not write into `output_dir`, or None: a file, not a folder; a folder that holds
-    another run's or model's files (without `overwrite`); a folder of a run that is not resumed; unwritable."""
+    another run's or model's files (without `overwrite`); a folder of a run that is not resumed; unwritable.
+    `earlier(output_dir)`: whether the folder holds a run of `stage` by a version that recorded none (by default
+    its `step_N` checkpoints)."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         return f"--output_dir {output_dir} is a file, not a folder: choose a folder."
     entries = sorted(name for name in _listing(output_dir) if not is_temporary(name))  # leftovers are cleaned
     if entries and not overwrite:
         record = read_run(checkpoints_dir(output_dir))
-        legacy = record is None and any(
-            name.startswith("step_") for name in _listing(checkpoints_dir(output_dir))
-        )  # checkpoints of a version that did not record its runs
+        legacy = record is None and (earlier or _has_step_checkpoints)(output_dir)  # of a version without records
         shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
         if record is not None and record.get("stage") != stage:
             return (
@@ -185,6 +188,10 @@ def folder_problem(output_dir: str, stage: str, resuming: bool, overwrite: bool)
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"--output_dir {output_dir}: {parent} is not writable: choose a folder you can write to."
     return None
+
+
+def _has_step_checkpoints(output_dir: str) -> bool:
+    return any(name.startswith("step_") for name in _listing(checkpoints_dir(output_dir)))
 
 
 def _listing(folder: str) -> list[str]:
@@ -341,30 +348,62 @@ def claim_output_folder(accelerator: Accelerator, config: Any, stage: str) -> di
         if problem is None and resuming and not config.overwrite_output_dir:
             checkpoint = resolve_checkpoint(output_dir, config.resume_from_checkpoint)
             problem = check_resume(checkpoint, run) if checkpoint else None
-        try:
-            if problem is None:
-                # what the claim makes, now or by a claim of this process still held (a run again in one process)
-                made_before = _made.get(output_dir, (None, False))
-                existed = made_before[0] if output_dir in _made else existing_parent(output_dir)
-                os.makedirs(output_dir, exist_ok=True)
-                made_checkpoints = not os.path.isdir(checkpoints_dir(output_dir)) or made_before[1]
-                problem = take_lock(output_dir, report=print)
-                if problem is None:
-                    _made[output_dir] = (existed if existed != os.path.abspath(output_dir) else None), made_checkpoints
-            if problem is None and config.overwrite_output_dir:  # emptied later, by `empty_claimed_folder`
-                _to_empty[output_dir] = run
-            elif problem is None:
-                clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
-                write_run(checkpoints_dir(output_dir), run)
-        except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
-            release_lock(output_dir)
-            problem = cannot_write(output_dir, error)
+        problem = problem or _take_folder(output_dir, run, config.overwrite_output_dir)
     _share_problem(accelerator, problem)
     return run
 
 
+def claim_folder_to_run_again(config: Any, stage: str, earlier: Callable[[str], bool]) -> None:
+    """`claim_output_folder` for a command of one process that resumes when run again with the same settings
+    (distillation, whose trainer keeps checkpoints of its own): its folder may be new, empty, or that of an earlier
+    run of `stage` with the same settings (those of `MAY_CHANGE` aside), which its record in `checkpoints/` tells, or,
+    for a run of a version that recorded none, `earlier(output_dir)`; with `--overwrite_output_dir` any other folder
+    is emptied later (`empty_claimed_folder`). Raises `UsageError` before any work. Started by torchrun, the first
+    process claims the folder for the others."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    output_dir, overwrite = config.output_dir, config.overwrite_output_dir
+    run = run_settings(config, stage, 1, "no")
+    problem = folder_problem(output_dir, stage, True, overwrite, earlier)
+    recorded = read_run(checkpoints_dir(output_dir))
+    differences = settings_differences(recorded, run) if recorded is not None and not overwrite else []
+    if problem is None and differences:
+        problem = (
+            f"--output_dir {output_dir} holds a {stage} run with other settings: {'; '.join(differences)}. Running "
+            "again continues that run: pass its settings, or start a new run with --overwrite_output_dir or another "
+            "--output_dir."
+        )
+    problem = problem or _take_folder(output_dir, run, overwrite)
+    if problem is not None:
+        raise UsageError(problem)
+
+
+def _take_folder(output_dir: str, run: dict[str, Any], overwrite: bool) -> str | None:
+    """The output folder made, locked and given the run's record (with `overwrite`, locked only: emptied and given
+    the record by `empty_claimed_folder`), what the claim made noted (`release_lock`); or why not."""
+    try:
+        # what the claim makes, now or by a claim of this process still held (a run again in one process)
+        made_before = _made.get(output_dir, (None, False))
+        existed = made_before[0] if output_dir in _made else existing_parent(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        made_checkpoints = not os.path.isdir(checkpoints_dir(output_dir)) or made_before[1]
+        problem = take_lock(output_dir, report=print)
+        if problem is not None:
+            return problem
+        _made[output_dir] = (existed if existed != os.path.abspath(output_dir) else None), made_checkpoints
+        if overwrite:
+            _to_empty[output_dir] = run
+        else:
+            clean_leftovers(output_dir)  # what a killed run of this folder left half-written, the lock held
+            write_run(checkpoints_dir(output_dir), run)
+    except OSError as error:  # a read-only or full disk, a folder of another user's: found before any work
+        release_lock(output_dir)
+        return cannot_write(output_dir, error)
+    return None
+
+
 @contextlib.contextmanager
-def given_back_if_stopped(accelerator: Accelerator, output_dir: str) -> Iterator[None]:
+def given_back_if_stopped(accelerator: Accelerator | None, output_dir: str) -> Iterator[None]:
     """The run's work after `claim_output_folder`: when it stops with an exception (bad data found once read, an
     interruption), the main process gives the folder back then (`release_lock`: the lock, and what the claim made if
     the run wrote nothing else), not when the process ends: code that goes on (a notebook, a script that catches the
@@ -372,12 +411,12 @@ def given_back_if_stopped(accelerator: Accelerator, output_dir: str) -> Iterator
     try:
         yield
     except BaseException:
-        if accelerator.is_main_process:
+        if accelerator is None or accelerator.is_main_process:
             release_lock(output_dir)
         raise
 
 
-def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
+def empty_claimed_folder(accelerator: Accelerator | None, config: Any) -> None:
     """With `--overwrite_output_dir`, once the run's data, model and step plan are ready, before it writes anything:
     the folder that `claim_output_folder` claimed is emptied by the main process, its lock held throughout, and
     given the run's record. Without the flag, or for a folder not claimed so, nothing (the claim wrote the record).
@@ -386,7 +425,7 @@ def empty_claimed_folder(accelerator: Accelerator, config: Any) -> None:
         return
     problem = None
     output_dir = config.output_dir
-    if accelerator.is_main_process and output_dir in _to_empty:
+    if (accelerator is None or accelerator.is_main_process) and output_dir in _to_empty:
         try:
             empty_folder(output_dir, keep=os.path.join(checkpoints_dir(output_dir), LOCK_FILE))
             write_run(checkpoints_dir(output_dir), _to_empty.pop(output_dir))
@@ -402,10 +441,12 @@ def cannot_write(output_dir: str, error: OSError) -> str:
     return f"--output_dir {output_dir}: cannot write {where} ({error.strerror}): choose a folder you can write to."
 
 
-def _share_problem(accelerator: Accelerator, problem: str | None) -> None:
-    """The main process's answer on every process: a `UsageError` everywhere, or nowhere."""
-    from accelerate.utils import broadcast_object_list
+def _share_problem(accelerator: Accelerator | None, problem: str | None) -> None:
+    """The main process's answer on every process: a `UsageError` everywhere, or nowhere (None: one process)."""
+    several = accelerator is not None and accelerator.num_processes > 1
+    if several:
+        from accelerate.utils import broadcast_object_list
 
-    problem = broadcast_object_list([problem])[0] if accelerator.num_processes > 1 else problem
+        problem = broadcast_object_list([problem])[0]
     if problem is not None:
-        raise UsageError(problem, shared=accelerator.num_processes > 1)
+        raise UsageError(problem, shared=several)

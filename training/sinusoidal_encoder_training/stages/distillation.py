@@ -6,8 +6,8 @@ exported folder carries), plus a linear `Dense` layer when the teacher's dimensi
 the teacher's embedding of each sentence (Reimers & Gurevych, 2020, "Making Monolingual Sentence Embeddings
 Multilingual using Knowledge Distillation") with `SentenceTransformerTrainer`: by default with an in-batch
 contrastive loss (`TeacherContrastiveLoss`), or with sentence-transformers' `MSELoss`. The sentences are cut from
-the documents of the corpus (`split_sentences`); none of the hand-checked similarity set (`ALL_TRIPLES`), on which
-the model is evaluated before and after training, is trained on.
+the documents of the corpus (`split_sentences`); none of the hand-checked similarity set (`evaluation.similarity`),
+on which the model is evaluated before and after training, is trained on.
 
 Needs sentence-transformers (the `integrations` extra) and datasets and accelerate (the `training` extra); they are
 imported when the work starts, so that this module's hand-checked set imports with torch alone.
@@ -29,7 +29,13 @@ import torch.nn.functional as F
 from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, check_local_files, front, loading
 from sinusoidal_encoder_training.configs import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
-from sinusoidal_encoder_training.runs.atomic import clean_leftovers, staged, temporary_path
+from sinusoidal_encoder_training.evaluation.similarity import held_out_sentences, similarity_evaluator
+from sinusoidal_encoder_training.runs.atomic import staged, temporary_path
+from sinusoidal_encoder_training.runs.run_folder import (
+    claim_folder_to_run_again,
+    empty_claimed_folder,
+    given_back_if_stopped,
+)
 
 # Hub id -> (module of the PyPI package that installs a copy of its files, SHA-256 of those files at Hub revision
 # 1110a243fdf4). The copy is used only when every digest matches, so it is the Hub model, byte for byte.
@@ -44,104 +50,6 @@ PACKAGED_TEACHERS = {
     )
 }
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
-
-# The hand-checked similarity set: (anchor, paraphrase, unrelated), checked by hand, in the domain of the built-in
-# corpus (Python and library documentation). Each paraphrase says the same thing in other words, each unrelated
-# sentence is about something else. TRIPLES' paraphrases share words with their sentence.
-TRIPLES = [
-    (
-        "Return a new array of the given shape, filled with zeros.",
-        "Create an array of zeros with the requested shape.",
-        "The connection to the server timed out after ten seconds.",
-    ),
-    (
-        "Open the file for reading and return a file object.",
-        "This opens a file in read mode and gives back the file object.",
-        "Raise an error if the learning rate is negative.",
-    ),
-    (
-        "Load a pretrained model from a folder on the local disk.",
-        "Read the weights of a pretrained model saved in a local directory.",
-        "Sort the list in place in ascending order.",
-    ),
-    (
-        "Split the dataset into a training part and a test part.",
-        "Divide the data into train and test subsets.",
-        "The tokenizer lowercases every word before encoding it.",
-    ),
-    (
-        "Remove all items from the dictionary.",
-        "Delete every key and value so the dictionary becomes empty.",
-        "Compute the matrix product of two arrays.",
-    ),
-    (
-        "Upload the folder to a repository on the Hub.",
-        "Push the directory to a Hub repository.",
-        "Convert the string to upper case letters.",
-    ),
-    (
-        "The number of processes used for distributed training.",
-        "How many processes take part in training across devices.",
-        "Return the absolute value of a number.",
-    ),
-    (
-        "Iterate over the lines of a text file.",
-        "Loop through each line in the text file.",
-        "Save the optimizer state to a checkpoint.",
-    ),
-]
-
-
-# Harder triples: the paraphrase shares no content word with the sentence, so counting shared words cannot rank
-# it first. The unrelated sentences are those of TRIPLES, in order (they share no content word with these sentences
-# either). A first version took unrelated sentences on the same topic that shared words with the sentence; the
-# reference sentence-embedding model all-MiniLM-L6-v2 ranked only 2 of those 8 right, so that version measured
-# something other than "similar above unrelated" and was replaced by this rule.
-LOW_OVERLAP_TRIPLES = [
-    (
-        "Delete the temporary directory when the program exits.",
-        "Remove the scratch folder at shutdown.",
-        "The connection to the server timed out after ten seconds.",
-    ),
-    (
-        "Return the number of elements in the list.",
-        "Give back how many items the sequence contains.",
-        "Raise an error if the learning rate is negative.",
-    ),
-    (
-        "Raise an exception if the input is empty.",
-        "Throw an error when no data is given.",
-        "Sort the list in place in ascending order.",
-    ),
-    (
-        "Download the weights from the internet.",
-        "Fetch the parameters over the network.",
-        "The tokenizer lowercases every word before encoding it.",
-    ),
-    (
-        "Convert the text to lower case.",
-        "Make every letter of the string small.",
-        "Compute the matrix product of two arrays.",
-    ),
-    (
-        "Wait until all processes reach this point.",
-        "Block every worker at a barrier before continuing.",
-        "Convert the string to upper case letters.",
-    ),
-    (
-        "Stop training when the validation loss stops improving.",
-        "End the run early once the held-out error no longer decreases.",
-        "Return the absolute value of a number.",
-    ),
-    (
-        "Shuffle the examples before each epoch.",
-        "Randomly reorder the samples at the start of every pass.",
-        "Save the optimizer state to a checkpoint.",
-    ),
-]
-
-
-ALL_TRIPLES = TRIPLES + LOW_OVERLAP_TRIPLES
 
 
 class TeacherContrastiveLoss(torch.nn.Module):
@@ -197,11 +105,6 @@ def resolve_teacher(name: str) -> str:
                 "from the Hub's; reinstall the package or pass --teacher a folder you trust."
             )
     return folder
-
-
-def held_out_sentences() -> set[str]:
-    """Every sentence of the hand-checked similarity set: never trained on."""
-    return {sentence for triple in ALL_TRIPLES for sentence in triple}
 
 
 def split_sentences(text: str, min_words: int, max_words: int) -> list[str]:
@@ -282,21 +185,6 @@ def embedding_dimension(model) -> int:
     return method()
 
 
-def similarity_evaluator():
-    """Accuracy on the hand-checked triples: the share whose paraphrase is nearer (cosine) than the unrelated one."""
-    try:
-        from sentence_transformers.sentence_transformer.evaluation import TripletEvaluator  # sentence-transformers 6
-    except ImportError:
-        from sentence_transformers.evaluation import TripletEvaluator
-
-    return TripletEvaluator(
-        anchors=[a for a, _, _ in ALL_TRIPLES],
-        positives=[p for _, p, _ in ALL_TRIPLES],
-        negatives=[n for _, _, n in ALL_TRIPLES],
-        name="hand-checked",
-    )
-
-
 class FiniteTraining:
     """The events of a transformers `TrainerCallback` (`finite_training` makes one of it) that stop training,
     unsaved, at a logged loss that is not finite, or when a checkpoint is due and a weight is not finite (checked
@@ -350,6 +238,18 @@ def finite_training() -> FiniteTraining:
     return type("FiniteTrainingCallback", (FiniteTraining, TrainerCallback), {})()
 
 
+def earlier_distillation(output_dir: str) -> bool:
+    """Whether `output_dir` holds a distillation run of a version that did not record its runs: its results, its
+    cache of teacher embeddings or its trainer's checkpoints."""
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    checkpoints = os.path.join(output_dir, "checkpoints")
+    return (
+        "distillation_results.json" in names
+        or any(name.startswith("teacher-embeddings-") for name in names)
+        or (os.path.isdir(checkpoints) and any(name.startswith("checkpoint-") for name in os.listdir(checkpoints)))
+    )
+
+
 def last_checkpoint(folder: str) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -388,97 +288,100 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
         )
     check_local_files("MODEL", config.model_name_or_path)
     check_local_files("--teacher", config.teacher)
-    teacher_source = resolve_teacher(config.teacher)
-    if teacher_source != config.teacher:
-        print(f"teacher {config.teacher}: the Hub is offline, using the copy installed at {teacher_source}")
-    # both models are loaded before any sentence is read, so that one that cannot be used stops the run at once
-    with loading("--teacher", teacher_source):
-        teacher = SentenceTransformer(teacher_source, device="cpu" if not torch.cuda.is_available() else None)
-    student = build_student(
-        config.model_name_or_path, embedding_dimension(teacher), config.max_seq_length, config.seed
-    )
-
-    raw = load_raw_datasets(config, config.seed)
-    column = text_column(raw["train"], config.text_column_name)
-    held_out = held_out_sentences()
-    train_sentences = collect_sentences(raw["train"], column, config.max_sentences, config, held_out)
-    eval_sentences = collect_sentences(
-        raw["validation"], column, config.eval_sentences, config, held_out | set(train_sentences)
-    )
-    if len(train_sentences) < config.per_device_train_batch_size:
-        raise UsageError(
-            f"Only {len(train_sentences)} training sentences of {config.min_words}-{config.max_words} words were "
-            "found: fewer than one batch (check --text_column_name, --min_words/--max_words, or pass more data)."
+    claim_folder_to_run_again(config, "distillation", earlier_distillation)  # new, empty, or this run's
+    with given_back_if_stopped(None, config.output_dir):  # bad data found once read: the folder as found
+        teacher_source = resolve_teacher(config.teacher)
+        if teacher_source != config.teacher:
+            print(f"teacher {config.teacher}: the Hub is offline, using the copy installed at {teacher_source}")
+        # both models are loaded before any sentence is read, so that one that cannot be used stops the run at once
+        with loading("--teacher", teacher_source):
+            teacher = SentenceTransformer(teacher_source, device="cpu" if not torch.cuda.is_available() else None)
+        student = build_student(
+            config.model_name_or_path, embedding_dimension(teacher), config.max_seq_length, config.seed
         )
-    print(f"{len(train_sentences)} training and {len(eval_sentences)} validation sentences")
-    os.makedirs(config.output_dir, exist_ok=True)
-    clean_leftovers(config.output_dir, recursive=False)  # a cache a killed run was writing
-    train_dataset = teacher_embeddings(
-        teacher, train_sentences, config.teacher_batch_size, config.output_dir, teacher_name=config.teacher
-    )
-    card = student.model_card_data  # what sentence-transformers' generated README.md says about the model
-    if config.language:
-        card.language = [code.strip() for code in config.language.split(",")]
-    elif not (config.dataset_name or config.train_file):  # --language's default: 'en' for the built-in data
-        card.language = ["en"]
-    card.license = "apache-2.0"
-    card.model_name = (
-        f"{os.path.basename(os.path.normpath(config.model_name_or_path))} distilled from {config.teacher}"
-    )
-    hand_checked = similarity_evaluator()
-    evaluators = [hand_checked]
-    if eval_sentences:
-        evaluators.insert(0, MSEEvaluator(eval_sentences, eval_sentences, teacher_model=teacher, name="validation"))
-    evaluator = SequentialEvaluator(evaluators)
-    before = evaluator(student)
 
-    checkpoints = os.path.join(config.output_dir, "checkpoints")
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=checkpoints,
-        max_steps=config.max_train_steps,
-        per_device_train_batch_size=config.per_device_train_batch_size,
-        learning_rate=config.learning_rate,
-        lr_scheduler_type="linear",
-        warmup_steps=round(config.warmup_ratio * config.max_train_steps),
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        save_strategy="steps",
-        save_steps=config.checkpointing_steps,
-        save_total_limit=config.checkpoints_total_limit,
-        logging_steps=config.logging_steps,
-        seed=config.seed,
-        data_seed=config.seed,
-        dataloader_drop_last=True,
-        report_to=[],
-        dataloader_pin_memory=torch.cuda.is_available(),
-        logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (FiniteTraining stops at it), not hidden
-    )
-    loss = MSELoss(student) if config.loss == "mse" else TeacherContrastiveLoss(student)
-    trainer = SentenceTransformerTrainer(model=student, args=training_args, train_dataset=train_dataset, loss=loss)
-    finite = finite_training()
-    trainer.add_callback(finite)
-    resume = last_checkpoint(checkpoints)
-    if resume:
-        print(f"resuming from {resume}")
-    trainer.train(resume_from_checkpoint=resume)
-    finite.check(config, student, trainer.state)  # before anything is evaluated or saved of NaNs
-    after = evaluator(student)
+        raw = load_raw_datasets(config, config.seed)
+        column = text_column(raw["train"], config.text_column_name)
+        held_out = held_out_sentences()
+        train_sentences = collect_sentences(raw["train"], column, config.max_sentences, config, held_out)
+        eval_sentences = collect_sentences(
+            raw["validation"], column, config.eval_sentences, config, held_out | set(train_sentences)
+        )
+        if len(train_sentences) < config.per_device_train_batch_size:
+            raise UsageError(
+                f"Only {len(train_sentences)} training sentences of {config.min_words}-{config.max_words} words were "
+                "found: fewer than one batch (check --text_column_name, --min_words/--max_words, or pass more data)."
+            )
+        print(f"{len(train_sentences)} training and {len(eval_sentences)} validation sentences")
+        empty_claimed_folder(None, config)  # --overwrite_output_dir: emptied once the sentences are ready
+        train_dataset = teacher_embeddings(
+            teacher, train_sentences, config.teacher_batch_size, config.output_dir, teacher_name=config.teacher
+        )
+        card = student.model_card_data  # what sentence-transformers' generated README.md says about the model
+        if config.language:
+            card.language = [code.strip() for code in config.language.split(",")]
+        elif not (config.dataset_name or config.train_file):  # --language's default: 'en' for the built-in data
+            card.language = ["en"]
+        card.license = "apache-2.0"
+        card.model_name = (
+            f"{os.path.basename(os.path.normpath(config.model_name_or_path))} distilled from {config.teacher}"
+        )
+        hand_checked = similarity_evaluator()
+        evaluators = [hand_checked]
+        if eval_sentences:
+            evaluators.insert(
+                0, MSEEvaluator(eval_sentences, eval_sentences, teacher_model=teacher, name="validation")
+            )
+        evaluator = SequentialEvaluator(evaluators)
+        before = evaluator(student)
 
-    with staged(config.output_dir) as temporary:  # the model moved into place whole, or not at all
-        student.save(temporary)
-        save_tokenizer(student.tokenizer, temporary)  # the class name transformers 4.x also reads
-    results = {
-        "teacher": config.teacher,
-        "train_sentences": len(train_sentences),
-        "eval_sentences": len(eval_sentences),
-        "steps": trainer.state.global_step,
-        "before": before,
-        "after": after,
-        "teacher_scores": hand_checked(teacher),
-    }
-    write_json(os.path.join(config.output_dir, "distillation_results.json"), results)
-    print(strict_json({k: results[k] for k in ("before", "after", "teacher_scores")}, indent=2))
-    return results
+        checkpoints = os.path.join(config.output_dir, "checkpoints")
+        training_args = SentenceTransformerTrainingArguments(
+            output_dir=checkpoints,
+            max_steps=config.max_train_steps,
+            per_device_train_batch_size=config.per_device_train_batch_size,
+            learning_rate=config.learning_rate,
+            lr_scheduler_type="linear",
+            warmup_steps=round(config.warmup_ratio * config.max_train_steps),
+            weight_decay=config.weight_decay,
+            max_grad_norm=config.max_grad_norm,
+            save_strategy="steps",
+            save_steps=config.checkpointing_steps,
+            save_total_limit=config.checkpoints_total_limit,
+            logging_steps=config.logging_steps,
+            seed=config.seed,
+            data_seed=config.seed,
+            dataloader_drop_last=True,
+            report_to=[],
+            dataloader_pin_memory=torch.cuda.is_available(),
+            logging_nan_inf_filter=False,  # a NaN loss is logged as NaN (FiniteTraining stops at it), not hidden
+        )
+        loss = MSELoss(student) if config.loss == "mse" else TeacherContrastiveLoss(student)
+        trainer = SentenceTransformerTrainer(model=student, args=training_args, train_dataset=train_dataset, loss=loss)
+        finite = finite_training()
+        trainer.add_callback(finite)
+        resume = last_checkpoint(checkpoints)
+        if resume:
+            print(f"resuming from {resume}")
+        trainer.train(resume_from_checkpoint=resume)
+        finite.check(config, student, trainer.state)  # before anything is evaluated or saved of NaNs
+        after = evaluator(student)
+
+        with staged(config.output_dir) as temporary:  # the model moved into place whole, or not at all
+            student.save(temporary)
+            save_tokenizer(student.tokenizer, temporary)  # the class name transformers 4.x also reads
+        results = {
+            "teacher": config.teacher,
+            "train_sentences": len(train_sentences),
+            "eval_sentences": len(eval_sentences),
+            "steps": trainer.state.global_step,
+            "before": before,
+            "after": after,
+            "teacher_scores": hand_checked(teacher),
+        }
+        write_json(os.path.join(config.output_dir, "distillation_results.json"), results)
+        print(strict_json({k: results[k] for k in ("before", "after", "teacher_scores")}, indent=2))
+        return results
 
 
 def run(config: DistillationConfig) -> None:
