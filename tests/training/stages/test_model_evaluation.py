@@ -74,6 +74,7 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
     assert longer["eval_masked_tokens"] > 0 and longer["eval_loss"] != results[32]["eval_loss"]
     written = json.loads(results_file.read_text())
     assert written["results"] == {"32": results[32], "64": results[64]} and written["model"] == str(model)
+    assert (written["task"], written["data"], written["validation_file"]) == ("fill-mask", str(train), str(validation))
 
 
 def test_a_bare_encoder_a_missing_folder_and_bad_flags_are_refused_in_one_line(
@@ -209,12 +210,22 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
 
     monkeypatch.setattr(pipeline.datasets, "load_dataset", recorded)
     for case, (argv, expected) in cases.items():
+        written = tmp_path / f"{case}.json"
         status, out, err = run_command(
-            evaluate.main, "evaluate", [model, "--max_length", "48", *argv], monkeypatch, capsys
+            evaluate.main,
+            "evaluate",
+            [model, "--max_length", "48", *argv, "--output_file", written],
+            monkeypatch,
+            capsys,
         )
         assert status == 0, (case, err[-3000:])
         assert any(expected in line for line in out.splitlines()), (case, out)
-        scores[case] = out.strip().splitlines()[-1]
+        scores[case] = out.strip().splitlines()[-2]  # the last line says where the results were written
+        report = json.loads(written.read_text())  # says what it scored, as the command does
+        said = next(line for line in out.splitlines() if line.startswith("scoring "))
+        assert report["task"] == "text-classification" and said.endswith(report["data"]), (report, said)
+        assert report.get("max_eval_samples") == (3 if "--max_eval_samples" in argv else None)
+        assert "mlm_probability" not in report
     assert scores["the file alone"] == scores["the run's files"]  # the same examples, the same figures
     assert read[0] == {"train": validation}  # the file alone: read once, as both splits
     assert scores["the run's files"].startswith("text-classification: ")

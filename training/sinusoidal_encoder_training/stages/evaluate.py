@@ -36,7 +36,7 @@ from sinusoidal_encoder_training.runs.accelerator import main_process_first, new
 from sinusoidal_encoder_training.runs.atomic import temporary_path
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.metrics_log import format_metrics, write_json
-from sinusoidal_encoder_training.stages.finetuning import evaluate_finetuned
+from sinusoidal_encoder_training.stages.finetuning import evaluate_finetuned, validation_source
 from sinusoidal_encoder_training.tasks.registry import FINETUNED, task_of_architecture
 
 # the fields of a fine-tuning run's configuration that the evaluate command sets (those it shares with it)
@@ -172,15 +172,21 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
 
 
 def write_results(path: str, config: EvaluationConfig, results: dict) -> None:
-    """The results as JSON (a masked-LM folder's by length), with what was evaluated; written whole or not at all."""
-    data = "the built-in corpus" if not (config.dataset_name or config.train_file) else None
-    report = {
-        "model": config.model,
-        "data": data or config.dataset_name or config.train_file,
-        "mlm_probability": config.mlm_probability,
-        "seed": config.seed,
-        "results": {str(key): value for key, value in results.items()},
-    }
+    """The results as JSON (a masked-LM folder's by length), with what was evaluated (the data scored, as the command
+    says it; the masking of a masked-LM folder's); written whole or not at all."""
+    task = folder_task(config)
+    report: dict[str, Any] = {"model": config.model, "task": task or "fill-mask"}
+    if task is None:
+        report["data"] = config.dataset_name or config.train_file or "the built-in corpus"
+        if config.validation_file:
+            report["validation_file"] = config.validation_file
+        report["mlm_probability"] = config.mlm_probability
+    else:
+        report["data"] = validation_source(finetuning_config(config, task))
+    if config.max_eval_samples is not None:
+        report["max_eval_samples"] = config.max_eval_samples  # at most so many, drawn at random
+    report["seed"] = config.seed
+    report["results"] = {str(key): value for key, value in results.items()}
     temporary = temporary_path(path)
     write_json(temporary, report)
     os.replace(temporary, path)
