@@ -311,6 +311,8 @@ def folder_digest(folder) -> dict[str, str]:
 VARIANTS = {
     "fill-mask": ("SinusoidalEncoderForMaskedLM", "The function returns a [MASK] of positions."),
     "text-classification": ("SinusoidalEncoderForSequenceClassification", "A passage to classify."),
+    "question-answering": ("SinusoidalEncoderForQuestionAnswering", None),  # no pipeline in transformers 5
+    "multiple-choice": ("SinusoidalEncoderForMultipleChoice", None),
 }
 
 

@@ -35,29 +35,50 @@ def local_folder_note(name: str) -> str:
     )
 
 
+# what a task without a pipeline in transformers 5 runs on, and how its outputs read: (inputs, prediction), written
+# after the loading of `model` and `tokenizer` (`pipeline_example`)
+PREDICTIONS = {
+    "question-answering": (
+        'question, context = "What does the function return?", "The function returns the positions it found."\n'
+        'inputs = tokenizer(question, context, return_tensors="pt")\n',
+        "in_context = torch.tensor([part == 1 for part in inputs.sequence_ids(0)])  # the answer lies in the context\n"
+        "start = outputs.start_logits[0].masked_fill(~in_context, -1e9).softmax(-1)\n"
+        "end = outputs.end_logits[0].masked_fill(~in_context, -1e9).softmax(-1)\n"
+        "spans = (start[:, None] * end[None, :]).triu()  # (first, last) token, first <= last\n"
+        "first, last = divmod(int(spans.argmax()), spans.shape[1])\n"
+        'answer = tokenizer.decode(inputs["input_ids"][0, first : last + 1])\n'
+        'print({"answer": answer, "score": float(spans.max())})\n',
+    ),
+    "multiple-choice": (
+        'prompt, choices = "The function returns", ["the positions it found.", "a cat on a mat."]\n'
+        'inputs = tokenizer([prompt] * len(choices), choices, padding=True, return_tensors="pt")\n'
+        "inputs = {name: tensor[None] for name, tensor in inputs.items()}  # (1, choices, length)\n",
+        "probabilities = outputs.logits[0].softmax(-1)  # one per choice\n"
+        'print({"choice": choices[int(probabilities.argmax())], "score": float(probabilities.max())})\n',
+    ),
+}
+
+
 def pipeline_example(pipeline_tag: str, reference: str, text: str | None) -> str:
-    """A pipeline snippet that runs with the package installed or without it (`trust_remote_code=True`); for a task
-    without a pipeline in transformers 5 (`text` None: question answering, multiple choice), the loading of its
-    Auto class and tokenizer (for an Auto class of the model package's own, which transformers does not have, the
-    class the folder's `auto_map` names, from the folder's code)."""
+    """The card's example of use, with its heading, that runs with the package installed or without it
+    (`trust_remote_code=True`): a pipeline on `text`; for a task without a pipeline in transformers 5 (`text` None),
+    the model run on an example and its outputs read (`PREDICTIONS`: question answering, multiple choice); none for
+    an Auto class of the model package's own (span classification), whose loading the card's blocks show."""
     if text is None:
         auto_class = TASKS[pipeline_tag].auto_class
-        if not hasattr(transformers, auto_class):  # the model package's own Auto class: the folder's `auto_map`
-            return (
-                "```python\nfrom transformers import AutoConfig, AutoTokenizer\n"
-                "from transformers.dynamic_module_utils import get_class_from_dynamic_module\n\n"
-                f'tokenizer = AutoTokenizer.from_pretrained("{reference}")\n'
-                f'config = AutoConfig.from_pretrained("{reference}", trust_remote_code=True)\n'
-                f'model_class = get_class_from_dynamic_module(config.auto_map["{auto_class}"], config.name_or_path)\n'
-                f'model = model_class.from_pretrained("{reference}")\n```'
-            )
+        if not hasattr(transformers, auto_class):  # the card's loading blocks show the class from the folder's code
+            return ""
+        inputs, prediction = PREDICTIONS[pipeline_tag]
         return (
-            f"```python\nfrom transformers import {auto_class}, AutoTokenizer\n\n"
-            f'tokenizer = AutoTokenizer.from_pretrained("{reference}")\n'
-            f'model = {auto_class}.from_pretrained("{reference}", trust_remote_code=True)\n```'
+            f"A prediction, with or without the package (transformers 5 has no {pipeline_tag} pipeline):\n\n"
+            f"```python\nimport torch\nfrom transformers import {auto_class}, AutoTokenizer\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{reference}", trust_remote_code=True)\n'
+            f'model = {auto_class}.from_pretrained("{reference}", trust_remote_code=True)\n'
+            f"{inputs}with torch.no_grad():\n    outputs = model(**inputs)\n{prediction}```"
         )
     name = {"fill-mask": "fill", "token-classification": "tag"}.get(pipeline_tag, "classify")
     return (
+        "Or in a pipeline, with or without the package:\n\n"
         "```python\nfrom transformers import pipeline\n\n"
         f'{name} = pipeline("{pipeline_tag}", model="{reference}", trust_remote_code=True)\n'
         f'print({name}("{text}"))\n```'
