@@ -31,6 +31,7 @@ from sinusoidal_encoder_training.cli.command_line import UsageError, check_local
 from sinusoidal_encoder_training.configs import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
 from sinusoidal_encoder_training.evaluation.similarity import held_out_sentences, similarity_evaluator
 from sinusoidal_encoder_training.runs.atomic import staged, temporary_path
+from sinusoidal_encoder_training.runs.checkpoints import checkpoints_dir
 from sinusoidal_encoder_training.runs.run_folder import (
     claim_folder_to_run_again,
     empty_claimed_folder,
@@ -242,7 +243,7 @@ def earlier_distillation(output_dir: str) -> bool:
     """Whether `output_dir` holds a distillation run of a version that did not record its runs: its results, its
     cache of teacher embeddings or its trainer's checkpoints."""
     names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
-    checkpoints = os.path.join(output_dir, "checkpoints")
+    checkpoints = checkpoints_dir(output_dir)
     return (
         "distillation_results.json" in names
         or any(name.startswith("teacher-embeddings-") for name in names)
@@ -335,7 +336,7 @@ def distil(config: DistillationConfig) -> dict[str, Any]:
         evaluator = SequentialEvaluator(evaluators)
         before = evaluator(student)
 
-        checkpoints = os.path.join(config.output_dir, "checkpoints")
+        checkpoints = checkpoints_dir(config.output_dir)
         training_args = SentenceTransformerTrainingArguments(
             output_dir=checkpoints,
             max_steps=config.max_train_steps,
