@@ -1,7 +1,8 @@
 """What a run reads is never deleted or changed by that run: a switch that empties or replaces a folder or file
 (`--overwrite_output_dir`, the export's `--overwrite`) and the folder distillation writes into are refused, in one
 line and before anything is touched, when they are or hold what the run reads: the model or tokenizer it starts
-from, a data file, the checkpoint it resumes (`arguments.check_reads_kept`, called by every configuration)."""
+from, a data file, the checkpoint it resumes; and a run's output folder never lies inside a folder it reads (a
+local dataset folder, a model folder) (`arguments.check_reads_kept`, called by every configuration)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,54 @@ def test_a_run_never_clears_what_it_reads(name, tmp_path, tokenizer, monkeypatch
     assert folder_digest(kept) == before
 
 
+def inside_command(name, tmp_path, tokenizer):
+    """(main, program, argv, the folder read, what the line names) of a command writing inside what it reads."""
+    from sinusoidal_encoder_training.stages import distillation, finetuning, pretraining, tokenizer_training
+
+    data = tmp_path / "data"
+    write_text_corpus(data)
+    if name == "pretrain into its dataset folder":
+        argv = ["--dataset_name", data, "--output_dir", data / "run", "--max_train_steps", "1"]
+        return pretraining.main, "pretrain.py", argv, data, f"--output_dir {data / 'run'} is inside --dataset_name"
+    if name == "pretrain into its dataset folder, by a link":
+        os.symlink(data, tmp_path / "link")
+        argv = ["--dataset_name", data, "--output_dir", tmp_path / "link" / "a" / "run", "--max_train_steps", "1"]
+        return pretraining.main, "pretrain.py", argv, data, f"is inside --dataset_name {data}"
+    if name == "train a tokenizer into its dataset folder":
+        argv = ["--dataset_name", data, "--output_dir", data / "tokenizer"]
+        return tokenizer_training.main, "train_tokenizer.py", argv, data, "is inside --dataset_name"
+    model = model_folder(tmp_path / "model", tokenizer)
+    if name == "finetune into its model folder's subfolder":
+        argv = ["--model_name_or_path", model, "--output_dir", model / "finetuned", "--max_train_steps", "1"]
+        return finetuning.main, "finetune.py", argv, model, f"is inside --model_name_or_path {model}"
+    if name == "distill into the student's subfolder":
+        argv = [model, "--output_dir", model / "sentences"]
+        return distillation.main, "distill.py", argv, model, f"is inside MODEL {model}"
+    raise AssertionError(name)
+
+
+INSIDE = [
+    "pretrain into its dataset folder",
+    "pretrain into its dataset folder, by a link",
+    "train a tokenizer into its dataset folder",
+    "finetune into its model folder's subfolder",
+    "distill into the student's subfolder",
+]
+
+
+@pytest.mark.parametrize("name", INSIDE)
+def test_a_run_never_writes_inside_what_it_reads(name, tmp_path, tokenizer, monkeypatch, capsys):
+    """A dataset folder loads every data file under it (the run's JSON files would be loaded as data next time, or
+    make the folder unloadable); a model folder is published with all it holds."""
+    main, program, argv, kept, named = inside_command(name, tmp_path, tokenizer)
+    before = folder_digest(kept)
+    status, out, err = run_command(main, program, argv, monkeypatch, capsys)
+    assert status == 2, out + err
+    assert named in err and "read by this run: its files would become part of what it reads" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert folder_digest(kept) == before
+
+
 def test_what_a_run_does_not_read_may_still_be_cleared(tmp_path, tokenizer):
     """The rule refuses only what is read: a re-export over the folder's own model.onnx, `--overwrite_output_dir`
     on a folder holding a model the run does not start from, and `--resume_from_checkpoint latest` with no
@@ -132,6 +181,8 @@ def test_what_a_run_does_not_read_may_still_be_cleared(tmp_path, tokenizer):
         PretrainingConfig(
             output_dir=str(model), overwrite_output_dir=True, train_file=str(train), resume_from_checkpoint=resume
         )
+    PretrainingConfig(output_dir=str(tmp_path / "model-next"), model_name_or_path=str(model))  # beside it, a prefix
+    PretrainingConfig(output_dir=str(tmp_path / "corpus" / "run"), train_file=str(train))  # beside a data file
 
 
 def test_the_rule_is_the_configurations_so_the_python_api_keeps_it(tmp_path, tokenizer):

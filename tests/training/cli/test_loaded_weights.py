@@ -289,7 +289,8 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused_in_one_line(
 def test_a_regression_head_is_kept_for_a_regression_target_only(tmp_path, folder_problem, problem, refused):
     folder_config = tiny_config(num_labels=1, problem_type=folder_problem)
     folder_config.architectures = ["SinusoidalEncoderForSequenceClassification"]
-    config = finetuning.FinetuningConfig(model_name_or_path=str(tmp_path), output_dir=str(tmp_path / "out"))
+    (tmp_path / "model").mkdir()
+    config = finetuning.FinetuningConfig(model_name_or_path=str(tmp_path / "model"), output_dir=str(tmp_path / "out"))
     labels = None if problem == "regression" else ["neg", "pos"]
     if refused:
         with pytest.raises(UsageError, match=r"for a regression target \(one number\), but the data has 2 labels"):

@@ -101,9 +101,20 @@ def flag_name(field: dataclasses.Field) -> str:
 def check_reads_kept(config: FlagConfig) -> None:
     """The rule that nothing a run reads is deleted or changed by that run: a `UsageError`, before any work, when a
     path the run empties or replaces (`cleared_paths`) is, or holds, a path it reads (`read_paths`: the model or
-    tokenizer it starts from, a data file, the checkpoint it resumes). Paths are compared as the system resolves
-    them (links followed), so another spelling of the same folder is caught too."""
+    tokenizer it starts from, a data file, the checkpoint it resumes), or when the folder it writes (a field whose
+    metadata has `"writes": True`) lies inside a folder it reads (a local dataset folder would load the run's files
+    as data next time, a model folder would be published with another model in it). Paths are compared as the
+    system resolves them (links followed), so another spelling of the same folder is caught too."""
     reads = config.read_paths()
+    for field in dataclasses.fields(config):
+        written = getattr(config, field.name) if field.metadata.get("writes") else None
+        for what, path in reads.items() if written else ():
+            read = os.path.realpath(path)
+            if os.path.isdir(path) and os.path.realpath(written).startswith(read.rstrip(os.sep) + os.sep):
+                raise UsageError(
+                    f"{flag_name(field)} {written} is inside {what}, read by this run: its files would become part "
+                    f"of what it reads. Nothing was changed; give {flag_name(field)} a folder outside it."
+                )
     for cleared in config.cleared_paths():
         target = os.path.realpath(cleared.path)
         for what, path in reads.items():

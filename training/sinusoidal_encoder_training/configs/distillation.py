@@ -53,7 +53,8 @@ class DistillationConfig(DataConfig, LanguageConfig):
     output_dir: str = dataclasses.field(
         metadata={
             "help": "Where the sentence-embedding model is written: a new or empty folder, or that of an earlier run "
-            "of the same settings, which running again resumes."
+            "of the same settings, which running again resumes.",
+            "writes": True,
         }
     )
     overwrite_output_dir: bool = dataclasses.field(

@@ -34,7 +34,9 @@ class OutputConfig(FlagConfig):
 
     _argument_group_name = "output, evaluation, checkpoints"
 
-    output_dir: str = dataclasses.field(metadata={"help": "Where the final Hub-ready model folder is written."})
+    output_dir: str = dataclasses.field(
+        metadata={"help": "Where the final Hub-ready model folder is written.", "writes": True}
+    )
     overwrite_output_dir: bool = dataclasses.field(
         default=False,
         metadata={

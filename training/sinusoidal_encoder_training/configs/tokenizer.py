@@ -40,7 +40,7 @@ class TokenizerTrainingConfig(DataConfig):
     The configuration: the data settings, the output and the vocabulary; only `output_dir` is required.
     """
 
-    output_dir: str = dataclasses.field(metadata={"help": "Where the tokenizer folder is written."})
+    output_dir: str = dataclasses.field(metadata={"help": "Where the tokenizer folder is written.", "writes": True})
     vocab_size: int = dataclasses.field(default=16384, metadata={"help": "Vocabulary size, special tokens included."})
     min_frequency: int = dataclasses.field(default=2, metadata={"help": "Minimum count of a pair to be merged."})
     model_max_length: int | None = dataclasses.field(
