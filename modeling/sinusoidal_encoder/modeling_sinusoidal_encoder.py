@@ -423,9 +423,10 @@ class SinusoidalEncoderPreTrainedModel(PreTrainedModel):
 class SinusoidalEncoderModel(SinusoidalEncoderPreTrainedModel):
     """The bare encoder: embeddings with the sinusoidal encoding, then the layers. Returns `BaseModelOutput`."""
 
-    # a pretrained (masked-LM) checkpoint carries its head: not part of the bare encoder, nothing to report when the
-    # encoder alone (or a task model around it) is loaded from one
-    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+    # a pretrained (masked-LM) or fine-tuned checkpoint carries its head: not part of the bare encoder, nothing to
+    # report when the encoder alone (sentence-transformers, feature extraction) or a model with another head is loaded
+    # from one. The names of every head below; a head's weights that are missing or of another shape are reported.
+    _keys_to_ignore_on_load_unexpected = [r"^(lm_head|pooler|classifier|qa_outputs|start_classifier|end_classifier)\."]
 
     def __init__(self, config: SinusoidalEncoderConfig):
         super().__init__(config)

@@ -5,6 +5,8 @@ weights, embedding accessors, inputs_embeds, attention gradients, batching, torc
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import transformers
@@ -27,6 +29,40 @@ def test_from_pretrained_returns_loading_info_when_asked(tmp_path, auto_name):
         assert not info["missing_keys"]
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
     assert isinstance(loaded, se.SinusoidalEncoderForMaskedLM)  # the plain form is unchanged
+
+
+HEADS = [name for name in se.__all__ if name.startswith("SinusoidalEncoderFor")]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_the_bare_encoder_loads_from_any_head_without_a_report(tmp_path, head, capfd):
+    """sentence-transformers and feature extraction load a fine-tuned folder as the bare encoder: its head is no
+    weight of the encoder, nothing to report (a LOAD REPORT listing it UNEXPECTED on every load); the encoder's
+    weights are the folder's."""
+    saved = getattr(se, head)(tiny_config(num_labels=3))
+    saved.save_pretrained(tmp_path)
+    capfd.readouterr()
+    model, info = AutoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+    assert "LOAD REPORT" not in "".join(capfd.readouterr())
+    assert all(torch.equal(value, saved.model.state_dict()[key]) for key, value in model.state_dict().items())
+    # the names ignored are the heads' own: an unknown weight is still reported
+    names = {key.split(".")[0] for key in saved.state_dict() if not key.startswith("model.")}
+    assert all(
+        any(re.match(p, name + ".") for p in se.SinusoidalEncoderModel._keys_to_ignore_on_load_unexpected)
+        for name in names
+    )
+
+
+def test_a_weight_of_no_head_is_still_reported(tmp_path):
+    state = se.SinusoidalEncoderForSequenceClassification(tiny_config(num_labels=2)).state_dict()
+    state["adapter.weight"] = torch.zeros(2)
+    from safetensors.torch import save_file
+
+    tiny_config(num_labels=2).save_pretrained(tmp_path)
+    save_file({key: value.contiguous() for key, value in state.items()}, str(tmp_path / "model.safetensors"))
+    _, info = AutoModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert set(info["unexpected_keys"]) == {"adapter.weight"}
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
