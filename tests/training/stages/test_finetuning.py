@@ -326,6 +326,24 @@ def test_config_overrides_change_the_head_not_the_weights(tmp_path, pretrained, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("max_length", "trained_at"), [(96, 96), (48, 64)])
+def test_fine_tuning_at_a_longer_length_is_the_length_trained_at(tmp_path, pretrained, max_length, trained_at):
+    """Fine-tuned at inputs longer than the folder was pretrained at (64), the model has been trained there: its
+    config's `max_position_embeddings` says so (as pretraining's context extension), and with it what sentence-
+    transformers truncates at and the card; a shorter fine-tuning keeps the folder's length."""
+    rows = [{"text": " ".join([s] * 12), "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    train = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out"
+    run_finetune(
+        model_name_or_path=pretrained, train_file=train, max_train_steps=1, output_dir=str(out), max_length=max_length
+    )
+    assert AutoConfig.from_pretrained(pretrained).max_position_embeddings == 64  # the folder read is unchanged
+    assert AutoConfig.from_pretrained(out).max_position_embeddings == trained_at
+    assert json.loads((out / "sentence_bert_config.json").read_text())["max_seq_length"] == trained_at
+    assert f"| trained at sequence length | {trained_at} |" in (out / "README.md").read_text()
+
+
+@pytest.mark.slow
 def test_model_init_fine_tunes_a_model_of_your_making(tmp_path, pretrained, tokenizer):
     """`finetune(config, model_init)`: the model is made from the config of --model_name_or_path with the task's
     labels, once every RNG is seeded (the same head in every run), and may be of any architecture (here

@@ -117,9 +117,10 @@ def validation_source(config: FinetuningConfig) -> str:
 
 
 def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
-    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
-    (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
-    a pretrained weight's shape."""
+    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read, its
+    `max_position_embeddings` (the length the model was trained at) raised to `--max_length` when that is longer, as
+    pretraining's context extension does. Refuse (with `sinusoidal_only`, the default loading's case) a model of
+    another type, and an override that would change a pretrained weight's shape."""
     with loading(config.model_flag, config.model_name_or_path):
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
@@ -143,6 +144,8 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
                 f"weight(s) ({changed[0]}, ...): fine-tuning keeps the pretrained architecture; override fields "
                 "such as classifier_pooling and the dropouts."
             )
+    if model_config.model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:  # trained longer now
+        model_config.max_position_embeddings = max(model_config.max_position_embeddings, config.max_length)
     return model_config
 
 
