@@ -220,6 +220,19 @@ def test_fill_mask_refuses_a_masked_lm_head_transformers_would_initialise(tmp_pa
     assert out == ""
 
 
+def test_fill_mask_predicts_from_a_folder_whose_tokenizer_gives_segment_ids(tmp_path, tokenizer, monkeypatch, capsys):
+    """A folder saved with a tokenizer that gives `token_type_ids` (a BERT tokenizer, by an earlier version): the
+    command gives the model only what it takes (it ended in the model's ValueError)."""
+    from transformers import AutoTokenizer
+
+    folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)
+    names = ["input_ids", "token_type_ids", "attention_mask"]
+    AutoTokenizer.from_pretrained(folder, model_input_names=names).save_pretrained(folder)
+    status, out, err = fill_mask_command([folder, f"A {tokenizer.mask_token} test."], monkeypatch, capsys)
+    assert status == 0, err
+    assert "    -> " in out
+
+
 def test_fill_mask_predicts_from_a_masked_lm_folder(tmp_path, tokenizer, monkeypatch, capsys):
     """The guard of the refusals above: a pretraining folder (a masked-LM with its head) still predicts."""
     folder = save(tmp_path, se.SinusoidalEncoderForMaskedLM, tokenizer)

@@ -343,6 +343,37 @@ def test_fine_tuning_at_a_longer_length_is_the_length_trained_at(tmp_path, pretr
     assert f"| trained at sequence length | {trained_at} |" in (out / "README.md").read_text()
 
 
+def segment_tokenizer_folder(folder, tokenizer):
+    """A masked-LM folder whose tokenizer gives `token_type_ids`, as a BERT tokenizer passed as --tokenizer_name
+    does (saved that way by earlier versions)."""
+    from transformers import AutoTokenizer
+
+    config = se.SinusoidalEncoderConfig(**{**AutoConfig.from_pretrained(tokenizer).to_dict(), "architectures": None})
+    se.SinusoidalEncoderForMaskedLM(config).save_pretrained(folder)
+    names = ["input_ids", "token_type_ids", "attention_mask"]
+    AutoTokenizer.from_pretrained(tokenizer, model_input_names=names).save_pretrained(folder)
+    assert "token_type_ids" in AutoTokenizer.from_pretrained(folder)("a test")
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_a_tokenizer_with_segment_ids_is_saved_giving_only_what_the_model_takes(tmp_path, pretrained):
+    """The model has no segment embeddings and refuses `token_type_ids`: the folder a run writes has a tokenizer
+    that gives only `input_ids` and `attention_mask`, so that a pipeline, sentence-transformers and
+    `model(**tokenizer(text))` run on it (they ended in the model's ValueError)."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    start = segment_tokenizer_folder(tmp_path / "start", pretrained)
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    train = write_jsonl(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out"
+    run_finetune(model_name_or_path=start, train_file=train, max_train_steps=1, output_dir=str(out))
+    assert list(AutoTokenizer.from_pretrained(out)("a test", "a pair")) == ["input_ids", "attention_mask"]
+    assert pipeline("text-classification", model=str(out))("a test")[0]["label"]
+    assert SentenceTransformer(str(out), device="cpu").encode(["a test"]).shape[0] == 1
+
+
 @pytest.mark.slow
 def test_model_init_fine_tunes_a_model_of_your_making(tmp_path, pretrained, tokenizer):
     """`finetune(config, model_init)`: the model is made from the config of --model_name_or_path with the task's

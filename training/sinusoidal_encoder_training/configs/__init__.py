@@ -28,6 +28,7 @@ from sinusoidal_encoder_training.configs.onnx_export import (
 from sinusoidal_encoder_training.configs.output import COMPILE_MODES, LR_SCHEDULERS, OutputConfig, TrainingConfig
 from sinusoidal_encoder_training.configs.pretraining import MODEL_SIZES, PretrainingConfig, parse_length_schedule
 from sinusoidal_encoder_training.configs.tokenizer import (
+    MODEL_INPUT_NAMES,
     SPECIAL_TOKENS,
     TOKENIZER_FILES,
     TRAINER_BYTES_PER_TOKEN,
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_TEACHER",
     "DEFAULT_TEACHER_PACKAGE",
     "LR_SCHEDULERS",
+    "MODEL_INPUT_NAMES",
     "MODEL_SIZES",
     "OLDEST_ONNX_OPSET",
     "SPECIAL_TOKENS",

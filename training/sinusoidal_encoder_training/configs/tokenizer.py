@@ -20,6 +20,9 @@ SPECIAL_TOKENS = {
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
 }
+# what a tokenizer gives the model: no `token_type_ids` (the model has no segment embeddings and refuses them), which
+# a BERT tokenizer would otherwise add to every `tokenizer(text)`, pipeline and sentence-transformers call
+MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

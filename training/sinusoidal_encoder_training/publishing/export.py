@@ -11,8 +11,9 @@ from typing import Any
 from accelerate import Accelerator
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
+import sinusoidal_encoder
 from sinusoidal_encoder_training.cli.command_line import UsageError, debugging
-from sinusoidal_encoder_training.configs import DataConfig, TrainingConfig
+from sinusoidal_encoder_training.configs import MODEL_INPUT_NAMES, DataConfig, TrainingConfig
 from sinusoidal_encoder_training.publishing.hub import error_line, push_folder_to_hub
 from sinusoidal_encoder_training.publishing.model_card import (
     draw_pictures,
@@ -30,14 +31,20 @@ BUILTIN_DATA_NOTE = (
 )
 
 
-def save_tokenizer(tokenizer, folder: str) -> None:
+def save_tokenizer(
+    tokenizer, folder: str, model_type: str | None = sinusoidal_encoder.SinusoidalEncoderConfig.model_type
+) -> None:
     """`save_pretrained`, then name the class `PreTrainedTokenizerFast`: transformers 5 writes its own class name
     (`TokenizersBackend`), which transformers 4.x does not know; the alias loads on both. A tokenizer without a
-    length cap is written without `model_max_length` (rather than as the number 10**30), which loads as no cap."""
+    length cap is written without `model_max_length` (rather than as the number 10**30), which loads as no cap.
+    For this package's model (`model_type`), the tokenizer gives only `MODEL_INPUT_NAMES` when loaded: one made
+    for BERT (`--tokenizer_name`) would give the folder's users `token_type_ids`, which the model refuses."""
     tokenizer.save_pretrained(folder)
     path = os.path.join(folder, "tokenizer_config.json")
     with open(path) as handle:
         config = json.load(handle)
+    if model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+        config["model_input_names"] = MODEL_INPUT_NAMES
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
     if config.get("model_max_length", 0) >= VERY_LARGE_INTEGER:
@@ -155,7 +162,7 @@ def export_model(
 
         def write(folder: str) -> None:
             fresh.save_pretrained(folder)
-            save_tokenizer(tokenizer, folder)
+            save_tokenizer(tokenizer, folder, fresh.config.model_type)
             write_sentence_transformers_files(folder, fresh.config)
 
         try:

@@ -28,7 +28,12 @@ import torch.nn.functional as F
 
 from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, check_local_files, front, loading
-from sinusoidal_encoder_training.configs import DEFAULT_TEACHER, DEFAULT_TEACHER_PACKAGE, DistillationConfig
+from sinusoidal_encoder_training.configs import (
+    DEFAULT_TEACHER,
+    DEFAULT_TEACHER_PACKAGE,
+    MODEL_INPUT_NAMES,
+    DistillationConfig,
+)
 from sinusoidal_encoder_training.evaluation.similarity import held_out_sentences, similarity_evaluator
 from sinusoidal_encoder_training.runs.atomic import staged, temporary_path
 from sinusoidal_encoder_training.runs.checkpoints import checkpoints_dir
@@ -173,6 +178,7 @@ def build_student(model_name_or_path: str, output_dim: int, max_seq_length: int,
             "(training/pretrain.py or finetune.py write modules.json and 1_Pooling/)."
         )
     student.max_seq_length = max_seq_length
+    student.tokenizer.model_input_names = MODEL_INPUT_NAMES  # a folder saved with a BERT tokenizer: no token_type_ids
     dim = embedding_dimension(student)
     if dim != output_dim:
         torch.manual_seed(seed)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
-import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
+import sinusoidal_encoder  # registers the model with the Auto classes
 from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, check_local_files, front, loading
-from sinusoidal_encoder_training.configs import FillMaskConfig
+from sinusoidal_encoder_training.configs import MODEL_INPUT_NAMES, FillMaskConfig
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.tasks.registry import EXPORTED, task_of_architecture
 
@@ -66,6 +66,8 @@ def run(config: FillMaskConfig) -> None:
     with loading("MODEL", config.model):
         model = load_trained(AutoModelForMaskedLM, config.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {config.model}")
+    if model.config.model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+        tokenizer.model_input_names = MODEL_INPUT_NAMES  # a folder saved with a BERT tokenizer: no token_type_ids
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
     for text in config.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:
         predictions = fill(text, top_k=config.top_k)

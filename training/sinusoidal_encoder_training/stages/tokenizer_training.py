@@ -16,7 +16,7 @@ from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from sinusoidal_encoder_training.cli.arguments import parse_config
 from sinusoidal_encoder_training.cli.command_line import front
-from sinusoidal_encoder_training.configs import SPECIAL_TOKENS, TokenizerTrainingConfig
+from sinusoidal_encoder_training.configs import MODEL_INPUT_NAMES, SPECIAL_TOKENS, TokenizerTrainingConfig
 from sinusoidal_encoder_training.data.pipeline import (
     iterate_texts,
     load_raw_datasets,
@@ -78,7 +78,7 @@ def build_tokenizer(
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         model_max_length=model_max_length or VERY_LARGE_INTEGER,
-        model_input_names=["input_ids", "attention_mask"],
+        model_input_names=MODEL_INPUT_NAMES,
         clean_up_tokenization_spaces=False,
         **SPECIAL_TOKENS,
     )
