@@ -73,7 +73,10 @@ CASES = [
     (name, kind)
     for name in ("fill_mask", "export_onnx", "finetune", "pretrain --model_name_or_path")
     for kind in ("truncated config", "empty weights", "garbled weights")
-] + [(name, "no tokenizer") for name in ("fill_mask", "finetune", "pretrain --tokenizer_name")]
+] + [
+    (name, "no tokenizer")
+    for name in ("fill_mask", "finetune", "pretrain --tokenizer_name", "pretrain --model_name_or_path")
+]
 CASES += [(name, "no config") for name in ("finetune", "pretrain --model_name_or_path")]  # the others: their own line
 
 
@@ -247,3 +250,67 @@ def test_a_folder_without_config_json_is_a_model_folder_only_in_sentence_transfo
     (layout / "0_Transformer").mkdir(parents=True)
     (layout / "modules.json").write_text("[]")
     assert local_damage(str(layout), "model") is None
+
+
+def tokenizer_without(folder, token: str):
+    """The shipped tokenizer saved into `folder` without its `token` ("mask_token", "pad_token"), as a tokenizer
+    made for another model (GPT-2's has neither)."""
+    from transformers import AutoTokenizer
+
+    from sinusoidal_encoder_training.data.pipeline import SHIPPED_TOKENIZER
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED_TOKENIZER, **{token: None})
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+@pytest.mark.parametrize(
+    ("name", "token"),
+    [("pretrain", "mask_token"), ("evaluate", "mask_token"), ("finetune", "pad_token")],
+)
+def test_a_tokenizer_without_the_token_a_run_needs_is_one_line_before_any_work(
+    tmp_path, tokenizer, monkeypatch, capsys, name, token
+):
+    """A masked-LM run masks with the tokenizer's mask token, fine-tuning pads with its pad token: without one, the
+    run ended in a traceback from the collator (`torch.where(..., None, ...)`, numpy's `full(..., None)`) once the
+    data was read, after writing its log."""
+    from sinusoidal_encoder_training.stages import evaluate, finetuning, pretraining
+
+    train, validation = write_text_corpus(tmp_path / "corpus", n_train=4, n_validation=2)
+    data = ["--train_file", train, "--validation_file", validation]
+    model = model_folder(tmp_path, tokenizer)
+    if name == "finetune":
+        tokenizer_without(model, token)
+        rows = tmp_path / "rows.jsonl"
+        rows.write_text("".join(json.dumps({"text": t, "label": t[0]}) + "\n" for t in ["a b", "c d"] * 4))
+        argv = ["--model_name_or_path", model, "--train_file", rows, "--output_dir", tmp_path / "out"]
+        main, program, said = finetuning.main, "finetune.py", f"the tokenizer of --model_name_or_path {str(model)!r}"
+    else:
+        tokenizer_without(tmp_path / "tokenizer", token)
+        argv = [*data, "--tokenizer_name", tmp_path / "tokenizer"]
+        if name == "pretrain":
+            main, program = pretraining.main, "pretrain.py"
+            argv += ["--output_dir", tmp_path / "out", "--max_train_steps", "1"]
+        else:
+            main, program = evaluate.main, "evaluate.py"
+            argv = [model, *argv]
+        said = f"--tokenizer_name {str(tmp_path / 'tokenizer')!r}"
+    status, _, err = run_command(
+        main, program, [*argv, "--max_seq_length" if name != "finetune" else "--max_length", "16"], monkeypatch, capsys
+    )
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err[-3000:]
+    assert f"{said} has no {token.removesuffix('_token')} token (tokenizer.{token} is None)" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_continued_pretraining_reads_with_the_models_own_tokenizer(tmp_path, tokenizer):
+    """Continuing a model (--model_name_or_path) without --tokenizer_name: the model's own tokenizer, as fine-tuning
+    takes it (the shipped one was taken, whose ids a model trained with another tokenizer of the same size read as
+    other tokens, without a word)."""
+    from sinusoidal_encoder_training.configs import PretrainingConfig
+    from sinusoidal_encoder_training.stages.pretraining import load_tokenizer
+
+    model = model_folder(tmp_path, tokenizer)
+    config = PretrainingConfig(output_dir=str(tmp_path / "out"), model_name_or_path=str(model))
+    assert load_tokenizer(config).name_or_path == str(model)
+    assert "the shipped tokenizer" not in " ".join(config.read_paths())

@@ -279,8 +279,8 @@ def test_a_failed_final_save_leaves_nothing_half_written_and_says_how_to_save_ag
     result = pretrain(config)
     real = export_module.save_tokenizer
 
-    def full_disk(tokenizer, folder):
-        real(tokenizer, folder)
+    def full_disk(tokenizer, folder, *args):
+        real(tokenizer, folder, *args)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(export_module, "save_tokenizer", full_disk)

@@ -147,6 +147,17 @@ def check_tokenizer_fits(tokenizer: str, tokenizer_size: int, model: str, vocab_
         )
 
 
+def check_tokenizer_token(tokenizer, token: str, label: str, needed: str) -> None:
+    """Before any work: a `UsageError` when the tokenizer (`label`: its flag and source, as the line names it) has
+    no `token` (`"mask_token"`, `"pad_token"`), which the run needs (`needed`: what for)."""
+    if getattr(tokenizer, token, None) is None:
+        raise UsageError(
+            f"{label} has no {token.removesuffix('_token')} token (tokenizer.{token} is None): {needed}. Pass "
+            "--tokenizer_name a tokenizer that has one: the shipped tokenizer_config/, or one trained with "
+            "train_tokenizer.py."
+        )
+
+
 def weight_files(folder: str) -> list[str]:
     """The safetensors files transformers loads a model folder's weights from: the shards that
     model.safetensors.index.json names, else model.safetensors; none when the folder has neither."""

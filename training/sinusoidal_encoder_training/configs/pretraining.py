@@ -56,7 +56,11 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
     )
     tokenizer_name: str | None = dataclasses.field(
         default=None,
-        metadata={"help": "Tokenizer folder or Hub id (default: the shipped tokenizer_config/).", "reads": True},
+        metadata={
+            "help": "Tokenizer folder or Hub id (default: that of --model_name_or_path, else the shipped "
+            "tokenizer_config/).",
+            "reads": True,
+        },
     )
     max_seq_length: int = dataclasses.field(default=128, metadata={"help": "Tokens per packed training block."})
     seq_length_schedule: str | None = dataclasses.field(
@@ -84,12 +88,23 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
         check_model_source("--tokenizer_name", self.tokenizer_name)
 
     def read_paths(self) -> dict[str, str]:
-        """What `OutputConfig.read_paths` says, and the shipped tokenizer, read when --tokenizer_name names none
-        (`--output_dir . --overwrite_output_dir` in a checkout would delete it)."""
+        """What `OutputConfig.read_paths` says, and the shipped tokenizer, read when neither --tokenizer_name nor
+        --model_name_or_path names one (`--output_dir . --overwrite_output_dir` in a checkout would delete it)."""
         reads = super().read_paths()
-        if self.tokenizer_name is None:
+        if self.tokenizer_name is None and self.model_name_or_path is None:
             reads[f"the shipped tokenizer {SHIPPED_TOKENIZER}"] = SHIPPED_TOKENIZER
         return reads
+
+    @property
+    def tokenizer_source(self) -> tuple[str, str]:
+        """(the flag or words that name it, where it is) of the run's tokenizer: --tokenizer_name; else, continuing
+        a model, the model's own (a model trained with another tokenizer of the same size would read the shipped
+        one's ids as its own tokens); else the shipped one."""
+        if self.tokenizer_name:
+            return "--tokenizer_name", self.tokenizer_name
+        if self.model_name_or_path:
+            return "--model_name_or_path", self.model_name_or_path
+        return "the shipped tokenizer", SHIPPED_TOKENIZER
 
     @property
     def length_schedule(self) -> tuple[tuple[int, int], ...]:

@@ -24,6 +24,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     UsageError,
     check_local_files,
     check_tokenizer_fits,
+    check_tokenizer_token,
     front,
     loading,
 )
@@ -82,12 +83,14 @@ def finetuning_config(config: EvaluationConfig, task: str) -> FinetuningConfig:
 
 
 def load_model(config: EvaluationConfig, accelerator: Accelerator):
-    """The folder's masked-LM model and its tokenizer, after the checks: damaged files, or a tokenizer larger than
-    the vocabulary, are refused in one line before any data is read."""
+    """The folder's masked-LM model and its tokenizer, after the checks: damaged files, a tokenizer without a mask
+    token or larger than the vocabulary, are refused in one line before any data is read."""
     check_local_files("MODEL", config.model)
     source, flag = (config.tokenizer_name, "--tokenizer_name") if config.tokenizer_name else (config.model, "MODEL")
     with loading(flag, source, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(source)
+    label = f"{flag} {source!r}" if config.tokenizer_name else f"the tokenizer of MODEL {source!r}"
+    check_tokenizer_token(tokenizer, "mask_token", label, "the masked-LM evaluation masks with it")
     with loading("MODEL", config.model):
         model = load_trained(AutoModelForMaskedLM, config.model, NO_HEAD)
     check_tokenizer_fits(

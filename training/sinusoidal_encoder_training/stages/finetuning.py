@@ -36,6 +36,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     UsageError,
     check_local_files,
     check_tokenizer_fits,
+    check_tokenizer_token,
     front,
     initialised_weights,
     loading,
@@ -150,11 +151,14 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
 
 
 def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
-    """The tokenizer of --tokenizer_name (default: the model's own), before any work; refused when it has more
-    tokens than the model has token embeddings."""
+    """The tokenizer of --tokenizer_name (default: the model's own), before any work; refused when it has no
+    padding token or more tokens than the model has token embeddings."""
     source = config.tokenizer_name or config.model_name_or_path
-    with loading("--tokenizer_name" if config.tokenizer_name else config.model_flag, source, "tokenizer"):
+    flag = "--tokenizer_name" if config.tokenizer_name else config.model_flag
+    with loading(flag, source, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(source)
+    label = f"{flag} {source!r}" if config.tokenizer_name else f"the tokenizer of {flag} {source!r}"
+    check_tokenizer_token(tokenizer, "pad_token", label, "fine-tuning pads each batch to its longest input")
     if config.tokenizer_name:
         check_tokenizer_fits(
             f"--tokenizer_name {config.tokenizer_name!r}",

@@ -23,8 +23,10 @@ from sinusoidal_encoder_training.cli.command_line import (
     UsageError,
     check_local_files,
     check_tokenizer_fits,
+    check_tokenizer_token,
     front,
     loading,
+    quiet_loading,
 )
 from sinusoidal_encoder_training.configs import MODEL_SIZES, PretrainingConfig
 from sinusoidal_encoder_training.data.batches import (
@@ -35,7 +37,6 @@ from sinusoidal_encoder_training.data.batches import (
     masked_per_row,
 )
 from sinusoidal_encoder_training.data.pipeline import (
-    SHIPPED_TOKENIZER,
     check_stream_blocks,
     derive_seed,
     load_raw_datasets,
@@ -92,12 +93,26 @@ def describe_masking(config: PretrainingConfig) -> str:
 
 
 def load_tokenizer(config: PretrainingConfig):
-    """The tokenizer of `--tokenizer_name` (default: the shipped one), without a length cap: the length a model is
-    trained at is its `max_position_embeddings`."""
-    with loading("--tokenizer_name", config.tokenizer_name, "tokenizer"):
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_name or SHIPPED_TOKENIZER)
+    """The run's tokenizer (`PretrainingConfig.tokenizer_source`: `--tokenizer_name`, the model's own, or the
+    shipped one), without a length cap: the length a model is trained at is its `max_position_embeddings`. Refused
+    without a mask token, before any work."""
+    flag, source = config.tokenizer_source
+    if flag == "--model_name_or_path":
+        check_local_files(flag, source)  # the model's files first: a damaged config.json is named as such
+    with loading(flag, source, "tokenizer"):
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    check_tokenizer_token(tokenizer, "mask_token", tokenizer_label(config), "masked-LM pretraining masks with it")
     tokenizer.model_max_length = VERY_LARGE_INTEGER
     return tokenizer
+
+
+def tokenizer_label(config: PretrainingConfig) -> str:
+    """How a line names the run's tokenizer: `--tokenizer_name 'x'`, `the tokenizer of --model_name_or_path 'x'`,
+    `the shipped tokenizer`."""
+    flag, source = config.tokenizer_source
+    if flag == "--model_name_or_path":
+        return f"the tokenizer of {flag} {source!r}"
+    return f"{flag} {source!r}" if flag == "--tokenizer_name" else flag
 
 
 def build_model_config(config: PretrainingConfig, tokenizer) -> transformers.PretrainedConfig:
@@ -133,13 +148,14 @@ def build_model(
     config: PretrainingConfig, tokenizer, model_config: transformers.PretrainedConfig | None = None
 ) -> transformers.PreTrainedModel:
     """The model the settings describe (`build_model_config`, unless given): new weights, or those of
-    `--model_name_or_path`."""
+    `--model_name_or_path` (whose fit was checked before any work: transformers' load report could only list the
+    new head, which the run's own line names)."""
     model_config = model_config if model_config is not None else build_model_config(config, tokenizer)
     if config.model_name_or_path:
         line = new_head_line(config.model_name_or_path, model_config)
         if line is not None:
             print(line)
-        with loading("--model_name_or_path", config.model_name_or_path):
+        with loading("--model_name_or_path", config.model_name_or_path), quiet_loading():
             return AutoModelForMaskedLM.from_pretrained(config.model_name_or_path, config=model_config)
     return AutoModelForMaskedLM.from_config(model_config)
 
@@ -258,7 +274,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         model_config = build_model_config(config, tokenizer)
         if config.model_name_or_path:
             check_tokenizer_fits(
-                f"--tokenizer_name {config.tokenizer_name!r}" if config.tokenizer_name else "the shipped tokenizer",
+                tokenizer_label(config),
                 len(tokenizer),
                 f"--model_name_or_path {config.model_name_or_path!r}",
                 model_config.vocab_size,
