@@ -266,7 +266,7 @@ def tokenizer_without(folder, token: str):
 
 @pytest.mark.parametrize(
     ("name", "token"),
-    [("pretrain", "mask_token"), ("evaluate", "mask_token"), ("finetune", "pad_token")],
+    [("pretrain", "mask_token"), ("evaluate", "mask_token"), ("fill_mask", "mask_token"), ("finetune", "pad_token")],
 )
 def test_a_tokenizer_without_the_token_a_run_needs_is_one_line_before_any_work(
     tmp_path, tokenizer, monkeypatch, capsys, name, token
@@ -274,11 +274,17 @@ def test_a_tokenizer_without_the_token_a_run_needs_is_one_line_before_any_work(
     """A masked-LM run masks with the tokenizer's mask token, fine-tuning pads with its pad token: without one, the
     run ended in a traceback from the collator (`torch.where(..., None, ...)`, numpy's `full(..., None)`) once the
     data was read, after writing its log."""
-    from sinusoidal_encoder_training.stages import evaluate, finetuning, pretraining
+    from sinusoidal_encoder_training.stages import evaluate, fill_mask, finetuning, pretraining
 
     train, validation = write_text_corpus(tmp_path / "corpus", n_train=4, n_validation=2)
     data = ["--train_file", train, "--validation_file", validation]
     model = model_folder(tmp_path, tokenizer)
+    if name == "fill_mask":
+        tokenizer_without(model, token)
+        status, _, err = run_command(fill_mask.main, "fill_mask.py", [model, "A [MASK] test."], monkeypatch, capsys)
+        assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err[-3000:]
+        assert f"the tokenizer of MODEL {str(model)!r} has no mask token (tokenizer.mask_token is None)" in err, err
+        return
     if name == "finetune":
         tokenizer_without(model, token)
         rows = tmp_path / "rows.jsonl"

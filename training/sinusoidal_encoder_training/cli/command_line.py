@@ -147,14 +147,16 @@ def check_tokenizer_fits(tokenizer: str, tokenizer_size: int, model: str, vocab_
         )
 
 
-def check_tokenizer_token(tokenizer, token: str, label: str, needed: str) -> None:
+def check_tokenizer_token(
+    tokenizer, token: str, label: str, needed: str, instead: str = "pass --tokenizer_name a tokenizer that has one"
+) -> None:
     """Before any work: a `UsageError` when the tokenizer (`label`: its flag and source, as the line names it) has
-    no `token` (`"mask_token"`, `"pad_token"`), which the run needs (`needed`: what for)."""
+    no `token` (`"mask_token"`, `"pad_token"`), which the run needs (`needed`: what for); `instead` says what to
+    give instead."""
     if getattr(tokenizer, token, None) is None:
         raise UsageError(
-            f"{label} has no {token.removesuffix('_token')} token (tokenizer.{token} is None): {needed}. Pass "
-            "--tokenizer_name a tokenizer that has one: the shipped tokenizer_config/, or one trained with "
-            "train_tokenizer.py."
+            f"{label} has no {token.removesuffix('_token')} token (tokenizer.{token} is None): {needed}; {instead} "
+            "(the shipped tokenizer_config/, or one trained with train_tokenizer.py)."
         )
 
 

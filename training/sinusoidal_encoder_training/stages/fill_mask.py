@@ -8,7 +8,13 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import sinusoidal_encoder  # registers the model with the Auto classes
 from sinusoidal_encoder_training.cli.arguments import parse_config
-from sinusoidal_encoder_training.cli.command_line import UsageError, check_local_files, front, loading
+from sinusoidal_encoder_training.cli.command_line import (
+    UsageError,
+    check_local_files,
+    check_tokenizer_token,
+    front,
+    loading,
+)
 from sinusoidal_encoder_training.configs import MODEL_INPUT_NAMES, FillMaskConfig
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.tasks.registry import EXPORTED, task_of_architecture
@@ -57,6 +63,13 @@ def run(config: FillMaskConfig) -> None:
     check_local_files("MODEL", config.model)  # the weights are the config's, before any is read
     with loading("MODEL", config.model, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(config.model)
+    check_tokenizer_token(
+        tokenizer,
+        "mask_token",
+        f"the tokenizer of MODEL {config.model!r}",
+        "fill-mask predicts the token at it",
+        "save the tokenizer the model was trained with into the folder",
+    )
     for text in config.texts:
         problem = mask_problem(text, tokenizer.mask_token)
         if problem is not None:
