@@ -320,3 +320,24 @@ def test_continued_pretraining_reads_with_the_models_own_tokenizer(tmp_path, tok
     config = PretrainingConfig(output_dir=str(tmp_path / "out"), model_name_or_path=str(model))
     assert load_tokenizer(config).name_or_path == str(model)
     assert "the shipped tokenizer" not in " ".join(config.read_paths())
+
+
+def test_a_dataset_folder_that_fails_to_load_says_why_in_one_line(tmp_path, monkeypatch, capsys):
+    """`datasets` wraps what failed in a `DatasetGenerationError` that says nothing ("An error occurred while
+    generating the dataset"): the line adds its cause, and for a local folder that every data file under it is
+    read (here a run's metrics in a subfolder, as runs written inside the folder by earlier versions left)."""
+    from sinusoidal_encoder_training.stages import pretraining
+
+    data = tmp_path / "data"
+    (data / "part").mkdir(parents=True)
+    jsonl(data / "part" / "a.jsonl", GOOD)
+    jsonl(data / "part" / "b.jsonl", GOOD)
+    (data / "run").mkdir()
+    jsonl(data / "run" / "metrics.jsonl", [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.0}] * 3)
+    argv = ["--dataset_name", data, "--output_dir", tmp_path / "out", "--max_train_steps", "1"]
+    status, _, err = run_command(pretraining.main, "pretrain.py", argv, monkeypatch, capsys)
+    lines = [line for line in err.strip().splitlines() if "Generating train split" not in line]  # datasets' bar
+    assert status == 2 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "DatasetGenerationError" in err and "(CastError: " in err, err
+    assert "A local folder is loaded with every data file under it, subfolders too" in err, err
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ Shared by pretraining and tokenizer training, so that both accept exactly the sa
 from __future__ import annotations
 
 import hashlib
+import os
 from itertools import chain, islice
 from typing import Any
 
@@ -42,7 +43,7 @@ def load_raw_datasets(
     try:
         raw = datasets.load_dataset(source, streaming=config.streaming, **kwargs)
     except Exception as error:  # missing Hub dataset, unreadable or malformed file, ...: say which input failed
-        raise UsageError(f"Could not load {_source_flag(config)}: {type(error).__name__}: {error}") from error
+        raise UsageError(load_failure(config, error)) from error
     if "train" not in raw:
         raise UsageError(f"The dataset has no 'train' split (it has {list(raw)}).")
     if numbers and not config.streaming:
@@ -65,6 +66,22 @@ def load_raw_datasets(
     check_split(_source_flag(config), len(raw["train"]), config.validation_split_percentage)  # a Hub dataset's
     split = raw["train"].train_test_split(test_size=config.validation_split_percentage / 100, seed=seed)
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
+
+
+def load_failure(config: DataConfig, error: Exception) -> str:
+    """The line for `datasets.load_dataset` failing on the run's data: the error, and the one that caused it when
+    `datasets` wraps it (`DatasetGenerationError: An error occurred while generating the dataset` says nothing),
+    in one line; for a local folder, that it reads every data file under it (another run's JSON files in it make
+    it fail to cast)."""
+    line = f"Could not load {_source_flag(config)}: {type(error).__name__}: {error}"
+    cause = error.__cause__
+    if cause is not None:
+        said = " ".join(str(cause).split())
+        said = said if len(said) <= 300 else f"{said[:160]} ... {said[-120:]}"  # its start and its conclusion
+        line += f" ({type(cause).__name__}: {said})"
+    if config.dataset_name and os.path.isdir(config.dataset_name):
+        line += ". A local folder is loaded with every data file under it, subfolders too: keep only the dataset's."
+    return line
 
 
 def _source_flag(config: DataConfig) -> str:
