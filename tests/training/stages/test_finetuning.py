@@ -341,7 +341,11 @@ def test_fine_tuning_at_a_longer_length_is_the_length_trained_at(tmp_path, pretr
     assert json.loads((out / "sentence_bert_config.json").read_text())["max_seq_length"] == 96
     assert "| trained at sequence length | 96 |" in (out / "README.md").read_text()
     shorter = finetuning.FinetuningConfig(model_name_or_path=pretrained, output_dir=str(out), max_length=48)
-    assert finetuning.load_model_config(shorter).max_position_embeddings == 64
+    model_config = finetuning.load_model_config(shorter)
+    finetuning.record_training_length(shorter, model_config)
+    assert model_config.max_position_embeddings == 64
+    longer = finetuning.FinetuningConfig(model_name_or_path=str(out), output_dir=str(tmp_path / "x"), max_length=128)
+    assert finetuning.load_model_config(longer).max_position_embeddings == 96  # evaluation: the model as it runs
 
 
 def segment_tokenizer_folder(folder, tokenizer):

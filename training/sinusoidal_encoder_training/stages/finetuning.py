@@ -118,10 +118,9 @@ def validation_source(config: FinetuningConfig) -> str:
 
 
 def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) -> Any:
-    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read, its
-    `max_position_embeddings` (the length the model was trained at) raised to `--max_length` when that is longer, as
-    pretraining's context extension does. Refuse (with `sinusoidal_only`, the default loading's case) a model of
-    another type, and an override that would change a pretrained weight's shape."""
+    """The model config of --model_name_or_path with `--config_overrides` applied, before any data is read. Refuse
+    (with `sinusoidal_only`, the default loading's case) a model of another type, and an override that would change
+    a pretrained weight's shape."""
     with loading(config.model_flag, config.model_name_or_path):
         model_config = AutoConfig.from_pretrained(config.model_name_or_path)
     if sinusoidal_only and model_config.model_type != sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
@@ -145,9 +144,16 @@ def load_model_config(config: FinetuningConfig, sinusoidal_only: bool = True) ->
                 f"weight(s) ({changed[0]}, ...): fine-tuning keeps the pretrained architecture; override fields "
                 "such as classifier_pooling and the dropouts."
             )
-    if model_config.model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:  # trained longer now
-        model_config.max_position_embeddings = max(model_config.max_position_embeddings, config.max_length)
     return model_config
+
+
+def record_training_length(config: FinetuningConfig, model_config: Any) -> None:
+    """A sinusoidal encoder fine-tuned at inputs longer than it was trained at has been trained there: its
+    `max_position_embeddings` becomes `--max_length`, as pretraining's context extension does (what
+    sentence-transformers truncates at, the card's training length, where `long_input_attention_window` starts).
+    For training only: an evaluation scores the folder's model as it runs."""
+    if model_config.model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
+        model_config.max_position_embeddings = max(model_config.max_position_embeddings, config.max_length)
 
 
 def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
@@ -243,6 +249,7 @@ def finetune(
     if config.push_to_hub:
         check_hub_access(config.hub_model_id, flag="--push_to_hub")
     model_config = load_model_config(config, sinusoidal_only=model_init is None)
+    record_training_length(config, model_config)
     tokenizer = load_tokenizer(config, model_config)
     claim_output_folder(accelerator, config, STAGE)  # before the data: the folder, a resume
     with given_back_if_stopped(accelerator, config.output_dir):  # bad data found once read: as found
