@@ -22,7 +22,7 @@ SPECIAL_TOKENS = {
 }
 # what a tokenizer gives the model: no `token_type_ids` (the model has no segment embeddings and refuses them), which
 # a BERT tokenizer would otherwise add to every `tokenizer(text)`, pipeline and sentence-transformers call
-MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
+MODEL_INPUT_NAMES = ("input_ids", "attention_mask")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -44,7 +44,7 @@ def save_tokenizer(
     with open(path) as handle:
         config = json.load(handle)
     if model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
-        config["model_input_names"] = MODEL_INPUT_NAMES
+        config["model_input_names"] = list(MODEL_INPUT_NAMES)
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
     if config.get("model_max_length", 0) >= VERY_LARGE_INTEGER:

@@ -178,7 +178,9 @@ def build_student(model_name_or_path: str, output_dim: int, max_seq_length: int,
             "(training/pretrain.py or finetune.py write modules.json and 1_Pooling/)."
         )
     student.max_seq_length = max_seq_length
-    student.tokenizer.model_input_names = MODEL_INPUT_NAMES  # a folder saved with a BERT tokenizer: no token_type_ids
+    student.tokenizer.model_input_names = list(
+        MODEL_INPUT_NAMES
+    )  # a folder saved with a BERT tokenizer: no token_type_ids
     dim = embedding_dimension(student)
     if dim != output_dim:
         torch.manual_seed(seed)

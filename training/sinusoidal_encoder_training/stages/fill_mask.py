@@ -80,7 +80,9 @@ def run(config: FillMaskConfig) -> None:
         model = load_trained(AutoModelForMaskedLM, config.model, instead(architecture))
     print(f"loaded {type(model).__name__} ({model.num_parameters():,} parameters) from {config.model}")
     if model.config.model_type == sinusoidal_encoder.SinusoidalEncoderConfig.model_type:
-        tokenizer.model_input_names = MODEL_INPUT_NAMES  # a folder saved with a BERT tokenizer: no token_type_ids
+        tokenizer.model_input_names = list(
+            MODEL_INPUT_NAMES
+        )  # a folder saved with a BERT tokenizer: no token_type_ids
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer)
     for text in config.texts or [t.replace("[MASK]", tokenizer.mask_token) for t in EXAMPLES]:
         predictions = fill(text, top_k=config.top_k)

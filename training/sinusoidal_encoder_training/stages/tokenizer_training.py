@@ -78,7 +78,7 @@ def build_tokenizer(
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         model_max_length=model_max_length or VERY_LARGE_INTEGER,
-        model_input_names=MODEL_INPUT_NAMES,
+        model_input_names=list(MODEL_INPUT_NAMES),
         clean_up_tokenization_spaces=False,
         **SPECIAL_TOKENS,
     )
