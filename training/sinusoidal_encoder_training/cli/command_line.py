@@ -289,7 +289,8 @@ def _tied(model, found: dict) -> set[str]:
 
 
 def local_damage(path: str, what: str) -> str | None:
-    """What is wrong with the local model or tokenizer folder `path`, as far as its files show, or None."""
+    """What is wrong with the local model or tokenizer folder `path`, as far as its files show, or None. A config.json
+    that is there is read for a tokenizer too (transformers reads it to find the tokenizer's class)."""
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     config = os.path.join(folder, "config.json")
     sentence_transformers = os.path.isfile(os.path.join(folder, "modules.json"))  # its modules in folders of their own
@@ -298,7 +299,7 @@ def local_damage(path: str, what: str) -> str | None:
             "the folder has no config.json: it is not a model folder; name a folder that save_pretrained wrote "
             "(a run's --output_dir), or a Hub id."
         )
-    if what != "tokenizer" and os.path.isfile(config):
+    if os.path.isfile(config):
         try:
             with open(config, encoding="utf-8") as handle:
                 json.load(handle)

@@ -167,7 +167,7 @@ def load_tokenizer(config: FinetuningConfig, model_config: Any) -> Any:
     check_tokenizer_token(tokenizer, "pad_token", label, "fine-tuning pads each batch to its longest input")
     if config.tokenizer_name:
         check_tokenizer_fits(
-            f"--tokenizer_name {config.tokenizer_name!r}",
+            label,
             len(tokenizer),
             f"{config.model_flag} {config.model_name_or_path!r}",
             model_config.vocab_size,

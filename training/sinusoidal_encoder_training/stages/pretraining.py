@@ -97,8 +97,6 @@ def load_tokenizer(config: PretrainingConfig):
     shipped one), without a length cap: the length a model is trained at is its `max_position_embeddings`. Refused
     without a mask token, before any work."""
     flag, source = config.tokenizer_source
-    if flag == "--model_name_or_path":
-        check_local_files(flag, source)  # the model's files first: a damaged config.json is named as such
     with loading(flag, source, "tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(source)
     check_tokenizer_token(tokenizer, "mask_token", tokenizer_label(config), "masked-LM pretraining masks with it")
