@@ -27,6 +27,7 @@ from sinusoidal_encoder_training.evaluation.metrics import (
 )
 from sinusoidal_encoder_training.publishing import export
 from sinusoidal_encoder_training.stages import finetuning
+from sinusoidal_encoder_training.tasks import recipes
 from sinusoidal_encoder_training.tasks.classification import recipe as classification
 
 FAST = {"per_device_train_batch_size": 8, "per_device_eval_batch_size": 16, "logging_steps": 1, "max_length": 48}
@@ -323,6 +324,49 @@ def test_config_overrides_change_the_head_not_the_weights(tmp_path, pretrained, 
     ]:
         with pytest.raises(UsageError, match=message):
             run_finetune(**base, output_dir=str(tmp_path / "bad"), config_overrides=overrides)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["text-classification", "span-classification"])
+def test_a_small_draw_of_training_examples_keeps_the_labels_of_the_whole_split(tmp_path, pretrained, task):
+    """--max_train_samples draws a few rows, here none of the one row labelled "rare", which the validation split
+    shows: the head still has the labels of the whole training split (as transformers' examples), and the run
+    trains, where the labels of the draw alone would refuse it ("never shows")."""
+    if task == "text-classification":
+        rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 5)]
+        rows[0]["label"] = "rare"
+    else:  # one span per row: the second word of its sentence
+        rows = []
+        for s in SENTENCES * 5:
+            first, second = s.split()[:2]
+            rows.append({"text": s, "spans": [{"start": len(first) + 1, "end": len(first) + 1 + len(second)}]})
+        for i, row in enumerate(rows):
+            row["spans"][0]["label"] = "rare" if i == 0 else ["neg", "pos"][i % 2]
+    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:4])
+    out = tmp_path / "out"
+    run_finetune(
+        task=task,
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        output_dir=str(out),
+        max_train_samples=4,
+        per_device_train_batch_size=4,
+        max_train_steps=1,
+    )
+    drawn = finetuning.FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        output_dir="unused",
+        max_train_samples=4,
+    )
+    raw = finetuning.load_task_data(drawn)
+    assert len(raw["train"]) == 40  # the whole split: the recipe draws
+    kept = recipes.draw_training_examples(raw, drawn)["train"]
+    assert len(kept) == 4 and "rare" not in json.dumps(kept.to_list())  # the draw has none of it
+    assert sorted(json.loads((out / "config.json").read_text())["label2id"]) == ["neg", "pos", "rare"]
 
 
 @pytest.mark.slow

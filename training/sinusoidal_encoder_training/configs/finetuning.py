@@ -134,10 +134,14 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
         },
     )
     max_train_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Keep the first N training examples."}
+        default=None,
+        metadata={
+            "help": "Train on N training examples drawn at random (seeded by --seed); the labels are still those of "
+            "the whole training split."
+        },
     )
     max_eval_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Keep the first N evaluation examples."}
+        default=None, metadata={"help": "Evaluate on N evaluation examples drawn at random (seeded by --seed)."}
     )
     baselines: bool = dataclasses.field(
         default=False,

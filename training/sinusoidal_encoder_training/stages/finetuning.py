@@ -80,8 +80,9 @@ class FinetuningResult(StageResult):
 
 
 def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
-    """The raw splits; for the built-in task, passages of the built-in corpus labelled with the library they document
-    (train and validation are the corpus's own hash-based splits)."""
+    """The raw splits, the validation split cut to --max_eval_samples rows drawn at random; for the built-in task,
+    passages of the built-in corpus labelled with the library they document (train and validation are the corpus's
+    own hash-based splits)."""
     if config.builtin:
         corpus = load_builtin_corpus()
         raw = corpus.map(
@@ -91,9 +92,9 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
         )
     else:
         raw = load_raw_datasets(config, config.seed, numbers=True)  # labels and targets: finite
-    for split, limit in (("train", config.max_train_samples), ("validation", config.max_eval_samples)):
-        if limit is not None and limit < len(raw[split]):
-            raw[split] = raw[split].shuffle(seed=config.seed).select(range(limit))
+    limit = config.max_eval_samples  # --max_train_samples: drawn by the recipe (`recipes.draw_training_examples`)
+    if limit is not None and limit < len(raw["validation"]):
+        raw["validation"] = raw["validation"].shuffle(seed=config.seed).select(range(limit))
     return raw
 
 

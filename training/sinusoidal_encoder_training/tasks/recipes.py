@@ -147,6 +147,18 @@ def run_labels(config: FinetuningConfig, model_config: Any) -> tuple[str | None,
     return problem, None if problem == "regression" else folder_labels(model_config)
 
 
+def draw_training_examples(raw: datasets.DatasetDict, config: FinetuningConfig) -> datasets.DatasetDict:
+    """The splits with the training split cut to --max_train_samples rows drawn at random (seeded by --seed). A recipe
+    draws once it has read its label space from the whole training split, as transformers' examples do: a small draw
+    neither changes the head's labels nor leaves a validation label unseen."""
+    limit = config.max_train_samples
+    if limit is None or limit >= len(raw["train"]):
+        return raw
+    drawn = datasets.DatasetDict(raw)
+    drawn["train"] = raw["train"].shuffle(seed=config.seed).select(range(limit))
+    return drawn
+
+
 def check_texts(raw: datasets.DatasetDict, columns: Sequence[str]) -> None:
     """A `UsageError` naming the split, the row (its number and other values: a split drawn from the training file
     is shuffled) and the column when a text column of the data holds something other than text: a missing value

@@ -28,6 +28,7 @@ from sinusoidal_encoder_training.tasks.recipes import (
     STAGE,
     Prepared,
     check_texts,
+    draw_training_examples,
     head_labels,
     model_inputs,
     plan_head,
@@ -45,6 +46,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     if label_col not in raw["validation"].column_names:
         raise UsageError(f"The validation split has no label column {label_col!r}.")
     problem, label_names = label_space(raw, label_col, config, head_labels(config, model_config))
+    raw = draw_training_examples(raw, config)  # after the label space: a draw never changes it
     if problem == "token_classification":
         check_one_tag_per_word(raw, text_col, label_col, config)
     else:

@@ -19,7 +19,13 @@ from sinusoidal_encoder_training.data.batches import BatchedRows, PaddingCollato
 from sinusoidal_encoder_training.data.pipeline import derive_seed
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
-from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, model_inputs
+from sinusoidal_encoder_training.tasks.recipes import (
+    STAGE,
+    Prepared,
+    check_texts,
+    draw_training_examples,
+    model_inputs,
+)
 
 CONTEXT, START = "sent1", "sent2"
 
@@ -117,6 +123,7 @@ class MultipleChoiceTask(TrainingTask):
 def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, model_config: Any) -> Prepared:
     """SWAG-format rows, checked and tokenised; the model config needs no labels (the head scores each choice)."""
     label = config.label_column_name or "label"
+    raw = draw_training_examples(raw, config)
     endings = check_columns(raw, label)
     encoded = encode(raw, tokenizer, config.max_length, endings, label)
     return Prepared(

@@ -22,7 +22,7 @@ from sinusoidal_encoder_training.data.pipeline import derive_seed
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.runs.even_batches import real_examples
 from sinusoidal_encoder_training.runs.loop import TrainingTask, on_device
-from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts
+from sinusoidal_encoder_training.tasks.recipes import STAGE, Prepared, check_texts, draw_training_examples
 
 QUESTION, CONTEXT, ANSWERS = "question", "context", "answers"
 MAX_ANSWER_TOKENS = 30  # the longest answer evaluation picks, as run_qa.py
@@ -163,6 +163,7 @@ class QuestionAnsweringTask(TrainingTask):
 
 def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, model_config: Any) -> Prepared:
     """SQuAD-format rows, checked and cut into windows; the model config needs no labels."""
+    raw = draw_training_examples(raw, config)
     check_rows(raw)
     if not tokenizer.is_fast:
         raise UsageError("question-answering needs a fast tokenizer (its offsets map tokens to the context).")

@@ -30,6 +30,7 @@ from sinusoidal_encoder_training.tasks.recipes import (
     STAGE,
     Prepared,
     check_texts,
+    draw_training_examples,
     head_labels,
     model_inputs,
     plan_head,
@@ -258,6 +259,7 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
     texts tokenised with each span as its tokens, and what the loop and the card need."""
     text_col, spans_col = columns(raw, config)
     label_names = check_spans(raw, text_col, spans_col, head_labels(config, model_config))
+    raw = draw_training_examples(raw, config)  # after the label space: a draw never changes it
     if not tokenizer.is_fast:
         raise UsageError("span-classification needs a fast tokenizer (its offsets map the spans to tokens).")
     # the folder's head: kept for its labels or some of them (in its order), refused or replaced for others
