@@ -217,6 +217,75 @@ def test_setup_run_again_installs_nothing_and_needs_no_registry():
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stderr[-2000:]
 
 
+def pinned_versions(path) -> dict[str, str]:
+    """{distribution name, lowercased with "-": version} of a constraints file's `name==version` lines."""
+    lines = [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert all(line.count("==") == 1 for line in lines), [line for line in lines if line.count("==") != 1]
+    return {name.lower().replace("_", "-"): version for name, version in (line.split("==") for line in lines)}
+
+
+def test_setup_installs_the_versions_the_figures_were_measured_with():
+    """constraints.txt pins every package scripts/setup.sh installs but torch (installed first, or a GPU machine's
+    own build) and this package, the built-in corpus's sources among them (its text is their docstrings); an
+    environment set up with them holds exactly those versions."""
+    import importlib.metadata
+    import os
+
+    from sinusoidal_encoder_training.data.corpus import PACKAGES
+
+    constraints = REPO / "constraints.txt"
+    pinned = pinned_versions(constraints)
+    assert {name.replace("_", "-") for name in PACKAGES} <= set(pinned)
+    assert not [name for name in pinned if name in {"torch", "triton", "sinusoidal-encoder"} or "nvidia" in name]
+    python = "{}.{}".format(*sys.version_info[:2])
+    stamp = REPO / ".venv" / ".installed-from"
+    wanted = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), "--stamp"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "CONSTRAINTS": str(constraints), "PYTHON": sys.executable},
+    ).stdout.strip()
+    if (
+        f"# python: {python}\n" not in constraints.read_text()
+        or not stamp.exists()
+        or stamp.read_text().strip() != wanted
+    ):
+        pytest.skip("this environment was not set up by scripts/setup.sh with constraints.txt")
+    installed = {
+        distribution.metadata["Name"].lower().replace("_", "-"): distribution.version
+        for distribution in importlib.metadata.distributions()
+    }
+    assert {name: installed.get(name) for name in pinned if installed.get(name) != pinned[name]} == {}
+
+
+def test_setup_on_another_python_says_it_installs_the_latest_releases(tmp_path):
+    """Constraints written for another Python may not install there (numpy drops old Pythons): setup.sh then installs
+    the latest releases and says so in one line; a CONSTRAINTS that is no file is refused in one line."""
+    import os
+
+    other = tmp_path / "constraints.txt"
+    other.write_text("# python: 3.4\nnumpy==1.0\n")
+    setup = ["bash", str(REPO / "scripts" / "setup.sh"), "--stamp"]
+    environment = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(setup, capture_output=True, text=True, env={**environment, "CONSTRAINTS": str(other)})
+    python = "{}.{}".format(*sys.version_info[:2])
+    assert proc.returncode == 0 and proc.stderr.startswith(
+        f"setup.sh: {other} pins the packages for Python 3.4, this is Python {python}: installing the latest releases"
+    ), proc.stderr
+    assert proc.stderr.count("\n") == 1
+    latest = subprocess.run(setup, capture_output=True, text=True, env={**environment, "CONSTRAINTS": ""})
+    assert latest.returncode == 0 and latest.stderr == "" and latest.stdout == proc.stdout  # the same: unpinned
+    missing = subprocess.run(
+        setup, capture_output=True, text=True, env={**environment, "CONSTRAINTS": str(tmp_path / "none.txt")}
+    )
+    assert missing.returncode == 2
+    assert missing.stderr == (
+        f"setup.sh: error: CONSTRAINTS={tmp_path / 'none.txt'} is not a file: name one, or set it empty for the "
+        "latest releases.\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("data", "described", "dataset_id", "language"),
     [
