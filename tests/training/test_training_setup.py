@@ -8,6 +8,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 import torch
@@ -252,9 +253,11 @@ def test_setup_installs_the_versions_the_figures_were_measured_with():
         or stamp.read_text().strip() != wanted
     ):
         pytest.skip("this environment was not set up by scripts/setup.sh with constraints.txt")
+    # the environment's own packages: not those vendored by another that may be on the path (setuptools/_vendor)
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     installed = {
         distribution.metadata["Name"].lower().replace("_", "-"): distribution.version
-        for distribution in importlib.metadata.distributions()
+        for distribution in importlib.metadata.distributions(path=site)
     }
     assert {name: installed.get(name) for name in pinned if installed.get(name) != pinned[name]} == {}
 
