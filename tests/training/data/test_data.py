@@ -53,6 +53,55 @@ def test_builtin_corpus_is_real_offline_text_of_at_least_5_mb():
     assert letters > 0.8 * len(sample)
 
 
+NESTED = """\"\"\"A module.\"\"\"
+import sys
+if sys.version_info >= (3, 8):
+    def a():
+        \"\"\"In an if.\"\"\"
+        class B:
+            \"\"\"In a function.\"\"\"
+            async def c(self):
+                \"\"\"In a class.\"\"\"
+                return [lambda: 1 for _ in range(2)]
+else:
+    def d():
+        \"\"\"In an else.\"\"\"
+try:
+    def e():
+        \"\"\"In a try.\"\"\"
+except ImportError:
+    def f():
+        \"\"\"In an except.\"\"\"
+finally:
+    def g():
+        \"\"\"In a finally.\"\"\"
+for _ in ():
+    with open(__file__) as handle:
+        def h():
+            \"\"\"In a with in a for.\"\"\"
+match sys.platform:
+    case "linux":
+        def i():
+            \"\"\"In a case.\"\"\"
+def j(x=print(1)):
+    \"\"\"After them.\"\"\"
+"""
+
+
+@pytest.mark.parametrize("source", ["nested", "dataclasses", "argparse", "typing"])
+def test_the_corpus_reads_the_docstrings_that_a_whole_walk_finds_in_its_order(source):
+    """The corpus walks only what can hold a definition (statements, `except` clauses, `match` cases), in the order
+    of `ast.walk` over the whole tree: the same documents in the same order, so the same corpus."""
+    import ast
+    import importlib.util
+
+    text = NESTED if source == "nested" else Path(importlib.util.find_spec(source).origin).read_text()
+    tree = ast.parse(text)
+    whole = [node for node in ast.walk(tree) if isinstance(node, corpus.DOCUMENTED)]
+    assert [node for node in corpus._statements(tree) if isinstance(node, corpus.DOCUMENTED)] == whole
+    assert len(whole) >= 11
+
+
 def _write(folder, fmt, rows):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"train.{fmt}"

@@ -10,7 +10,7 @@ All of it is written by people (none generated), needs no network, and is presen
 installed. Licences: Python (PSF License 2.0), numpy (BSD-3-Clause), huggingface_hub, datasets, accelerate and
 transformers (Apache-2.0). Exact duplicates and docstrings under 8 words are dropped. Each document is assigned to
 train or validation by a hash of its text, so the split is deterministic and a document keeps its side when package
-versions change the rest of the corpus. The corpus is built once (about half a minute) and cached by `datasets`,
+versions change the rest of the corpus. The corpus is built once and cached by `datasets`,
 keyed on the versions of its sources.
 """
 
@@ -23,6 +23,7 @@ import importlib.util
 import os
 import platform
 import sysconfig
+from collections import deque
 from collections.abc import Iterator
 
 import datasets
@@ -49,14 +50,30 @@ def _source_roots() -> list[tuple[str, str]]:
     return roots
 
 
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+# the nodes a module, class or function can lie in: statements, `except` clauses and `match` cases (an expression
+# holds none)
+HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """The nodes of `tree` that can hold statements, in the order of `ast.walk` (breadth first): `ast.walk` with the
+    expressions left out, which are most of a tree's nodes."""
+    queue = deque([tree])
+    while queue:
+        node = queue.popleft()
+        queue.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, HOLDERS))
+        yield node
+
+
 def _docstrings(path: str) -> Iterator[str]:
     try:
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+    for node in _statements(tree):
+        if isinstance(node, DOCUMENTED):
             text = ast.get_docstring(node)
             if text and len(text.split()) >= MIN_WORDS:
                 yield text
