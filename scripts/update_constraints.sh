@@ -13,14 +13,43 @@ trap 'rm -rf "$work"' EXIT
 "$work/venv/bin/python" -m pip install --quiet --upgrade pip
 "$work/venv/bin/python" -m pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
 "$work/venv/bin/python" -m pip install --quiet ".[dev]"
-python_version=$("$work/venv/bin/python" -c "import sys; print('%d.%d' % sys.version_info[:2])")
-{
-  echo "# The version of every package scripts/setup.sh installs (pip's --constraint), those the documented figures"
-  echo "# were measured with: the built-in corpus is made of these packages' docstrings. For the Python named below;"
-  echo "# setup.sh installs the latest releases for another, or with CONSTRAINTS= set empty. Not torch: setup.sh"
-  echo "# installs it first (or keeps the build you installed). Written by scripts/update_constraints.sh."
-  echo "# python: $python_version"
-  # not torch and its CUDA libraries (a GPU machine's own build), nor this package
-  "$work/venv/bin/python" -m pip freeze | grep -viE '^(torch|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+|sinusoidal-encoder)([=@ ]|$)' | LC_ALL=C sort -f
-} > constraints.txt
-echo "wrote constraints.txt: $(grep -vc '^#' constraints.txt) packages, Python $python_version"
+"$work/venv/bin/python" -m pip freeze > "$work/freeze.txt"
+"$work/venv/bin/python" - "$work/freeze.txt" > constraints.txt <<'PY'
+import importlib.metadata as metadata
+import re
+import sys
+
+
+def normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# torch's requirements, and theirs: left free, so that a torch installed before setup.sh (a GPU build, maybe an older
+# release that pins one of them, as torch 2.5 pins sympy) keeps what it needs
+free, todo = {"torch", "triton", "sinusoidal-encoder"}, ["torch"]
+while todo:
+    for requirement in metadata.requires(todo.pop()) or []:
+        name = normal(re.split(r"[^A-Za-z0-9._-]", requirement, maxsplit=1)[0])
+        if "extra ==" not in requirement and name not in free:
+            free.add(name)
+            try:
+                metadata.distribution(name)
+                todo.append(name)
+            except metadata.PackageNotFoundError:
+                pass
+pins = []
+for line in open(sys.argv[1]):
+    name, separator, version = line.strip().partition("==")
+    if separator and normal(name) not in free and not normal(name).startswith(("nvidia-", "cuda-")):
+        pins.append(f"{normal(name)}=={version}")
+print(
+    "# The version of every package scripts/setup.sh installs (pip's --constraint), those the documented figures\n"
+    "# were measured with: the built-in corpus is made of these packages' docstrings. For the Python named below;\n"
+    "# setup.sh installs the latest releases for another, or with CONSTRAINTS= set empty. Not torch nor what it\n"
+    "# requires: setup.sh installs it first (or keeps the build you installed). Written by\n"
+    "# scripts/update_constraints.sh.\n"
+    "# python: %d.%d" % sys.version_info[:2]
+)
+print("\n".join(sorted(pins)))
+PY
+echo "wrote constraints.txt: $(grep -vc '^#' constraints.txt) packages"

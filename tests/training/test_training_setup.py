@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import re
 import subprocess
 import sys
 import sysconfig
@@ -227,8 +228,8 @@ def pinned_versions(path) -> dict[str, str]:
 
 def test_setup_installs_the_versions_the_figures_were_measured_with():
     """constraints.txt pins every package scripts/setup.sh installs but torch (installed first, or a GPU machine's
-    own build) and this package, the built-in corpus's sources among them (its text is their docstrings); an
-    environment set up with them holds exactly those versions."""
+    own build), what torch requires, and this package, the built-in corpus's sources among them (its text is their
+    docstrings); an environment set up with them holds exactly those versions."""
     import importlib.metadata
     import os
 
@@ -238,6 +239,13 @@ def test_setup_installs_the_versions_the_figures_were_measured_with():
     pinned = pinned_versions(constraints)
     assert {name.replace("_", "-") for name in PACKAGES} <= set(pinned)
     assert not [name for name in pinned if name in {"torch", "triton", "sinusoidal-encoder"} or "nvidia" in name]
+    # nor what torch requires: a torch installed before (a GPU build, an older release) keeps what it pins
+    needs = {
+        re.split(r"[^A-Za-z0-9._-]", requirement, maxsplit=1)[0].lower()
+        for requirement in importlib.metadata.requires("torch")
+        if "extra ==" not in requirement
+    }
+    assert "sympy" in needs and not needs & set(pinned)
     python = "{}.{}".format(*sys.version_info[:2])
     stamp = REPO / ".venv" / ".installed-from"
     wanted = subprocess.run(
