@@ -177,6 +177,35 @@ def test_fine_tuning_on_the_shipped_examples_exports_a_folder_of_the_task(tmp_pa
             torch.testing.assert_close(got[key], expected[key])
 
 
+@pytest.mark.parametrize("task", FINETUNED)
+def test_every_task_trains_on_max_train_samples_rows_and_evaluates_on_max_eval_samples(pretrained, task):
+    """--max_train_samples and --max_eval_samples hold for every task of the table: its recipe trains on so many
+    rows of the training split (it draws them itself, after reading the labels from the whole split) and evaluates
+    on so many of the validation split."""
+    import importlib
+    import re
+
+    files = task.replace("-", "_")
+    config = finetuning.FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        train_file=str(EXAMPLES / f"{files}.jsonl"),
+        validation_file=str(EXAMPLES / f"{files}_validation.jsonl"),
+        output_dir="unused",
+        max_length=32,
+        max_train_samples=3,
+        max_eval_samples=2,
+        **({"doc_stride": 8} if "doc_stride" in TASKS[task].flag_names else {}),
+    )
+    model_config = finetuning.load_model_config(config)
+    tokenizer = finetuning.load_tokenizer(config, model_config)
+    raw = finetuning.load_task_data(config)
+    assert len(raw["train"]) > 3 and len(raw["validation"]) == 2
+    recipe = importlib.import_module(TASKS[task].recipe)
+    counts = recipe.prepare(config, raw, tokenizer, model_config).header[1]
+    assert re.match(r"Training \w+ = 3\b.*, evaluation \w+ = 2\b", counts), counts
+
+
 def span_rows(name: str = "span_classification.jsonl") -> list[dict]:
     return [json.loads(line) for line in (EXAMPLES / name).read_text().splitlines()]
 

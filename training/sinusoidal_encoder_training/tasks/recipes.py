@@ -24,10 +24,11 @@ STAGE = "fine-tuning"  # the stage's name: in the run folder's settings and the 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
     """What a task's recipe (`prepare(config, raw, tokenizer, model_config)` of the module its `tasks.TASKS` entry
-    names) makes of the raw splits: the tokenised splits, their collator, the task of the training loop (made from
-    the data order's generator), the lines that head the run's log, the problem type, how the card states the
-    labels, its pipeline example and its intended uses, and scores to add after training (the baselines), computed
-    on the main process from the final evaluation."""
+    names) makes of the raw splits (the whole training split: the recipe draws --max_train_samples rows of it with
+    `draw_training_examples`, after reading its labels): the tokenised splits, their collator, the task of the
+    training loop (made from the data order's generator), the lines that head the run's log, the problem type, how
+    the card states the labels, its pipeline example and its intended uses, and scores to add after training (the
+    baselines), computed on the main process from the final evaluation."""
 
     train: torch.utils.data.Dataset  # a tokenised split, or a view of one (`data.BatchedRows`)
     validation: torch.utils.data.Dataset
