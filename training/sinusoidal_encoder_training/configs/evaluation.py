@@ -71,7 +71,11 @@ class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
         default=64, metadata={"help": "Blocks per process and forward pass."}
     )
     max_eval_samples: int | None = dataclasses.field(
-        default=None, metadata={"help": "Evaluate the first N blocks of each length (or N examples) only."}
+        default=None,
+        metadata={
+            "help": "Evaluate the first N blocks of each length only (a fine-tuned folder: N examples drawn at "
+            "random, seeded by --seed)."
+        },
     )
     output_file: str | None = dataclasses.field(
         default=None, metadata={"help": "Also write the results to this JSON file, by length."}
