@@ -110,7 +110,7 @@ NAMES = [
 
 def inside_command(name, tmp_path, tokenizer):
     """(main, program, argv, the folder read, what the line names) of a command writing inside what it reads."""
-    from sinusoidal_encoder_training.stages import distillation, finetuning, pretraining, tokenizer_training
+    from sinusoidal_encoder_training.stages import distillation, evaluate, finetuning, pretraining, tokenizer_training
 
     data = tmp_path / "data"
     write_text_corpus(data)
@@ -125,6 +125,9 @@ def inside_command(name, tmp_path, tokenizer):
         argv = ["--dataset_name", data, "--output_dir", data / "tokenizer"]
         return tokenizer_training.main, "train_tokenizer.py", argv, data, "is inside --dataset_name"
     model = model_folder(tmp_path / "model", tokenizer)
+    if name == "evaluate, its results into its dataset folder":
+        argv = [model, "--dataset_name", data, "--output_file", data / "results.json"]
+        return evaluate.main, "evaluate", argv, data, f"--output_file {data / 'results.json'} is inside --dataset_name"
     if name == "finetune into its model folder's subfolder":
         argv = ["--model_name_or_path", model, "--output_dir", model / "finetuned", "--max_train_steps", "1"]
         return finetuning.main, "finetune.py", argv, model, f"is inside --model_name_or_path {model}"
@@ -138,6 +141,7 @@ INSIDE = [
     "pretrain into its dataset folder",
     "pretrain into its dataset folder, by a link",
     "train a tokenizer into its dataset folder",
+    "evaluate, its results into its dataset folder",
     "finetune into its model folder's subfolder",
     "distill into the student's subfolder",
 ]
@@ -153,7 +157,8 @@ def test_a_run_never_clears_nor_writes_inside_what_it_reads(name, tmp_path, toke
         why = "read by this run: nothing was changed"
     else:
         main, program, argv, kept, named = inside_command(name, tmp_path, tokenizer)
-        why = "read by this run: its files would become part of what it reads. Nothing was changed"
+        which = "it" if "results" in name else "its files"
+        why = f"read by this run: {which} would become part of what it reads. Nothing was changed"
     before = folder_digest(kept)
     status, out, err = run_command(main, program, argv, monkeypatch, capsys)
     assert status == 2, out + err
@@ -166,7 +171,7 @@ def test_what_a_run_does_not_read_may_still_be_cleared(tmp_path, tokenizer):
     """The rule refuses only what is read: a re-export over the folder's own model.onnx, `--overwrite_output_dir`
     on a folder holding a model the run does not start from, and `--resume_from_checkpoint latest` with no
     checkpoint to resume are built."""
-    from sinusoidal_encoder_training.configs import OnnxExportConfig, PretrainingConfig
+    from sinusoidal_encoder_training.configs import EvaluationConfig, OnnxExportConfig, PretrainingConfig
 
     model = model_folder(tmp_path / "model", tokenizer)
     (model / "model.onnx").write_bytes(b"an earlier export")
@@ -178,6 +183,8 @@ def test_what_a_run_does_not_read_may_still_be_cleared(tmp_path, tokenizer):
         )
     PretrainingConfig(output_dir=str(tmp_path / "model-next"), model_name_or_path=str(model))  # beside it, a prefix
     PretrainingConfig(output_dir=str(tmp_path / "corpus" / "run"), train_file=str(train))  # beside a data file
+    # results beside the model they score, as the docs write them: a model folder is not read as data
+    EvaluationConfig(model=str(model), train_file=str(train), output_file=str(model / "results.json"))
 
 
 def test_the_rule_is_the_configurations_so_the_python_api_keeps_it(tmp_path, tokenizer):

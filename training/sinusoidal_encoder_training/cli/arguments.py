@@ -45,8 +45,8 @@ class FlagConfig:
 
     def read_paths(self) -> dict[str, str]:
         """The local files and folders this run reads, each by what names it (`"--train_file data/train.txt"`):
-        every field whose metadata has `"reads": True` and whose value is a path here (an unset flag, a preset or a
-        Hub id is not)."""
+        every field whose metadata has `"reads"` (True, or "data" for a folder of data files) and whose value is a
+        path here (an unset flag, a preset or a Hub id is not)."""
         reads = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -103,17 +103,25 @@ def check_reads_kept(config: FlagConfig) -> None:
     path the run empties or replaces (`cleared_paths`) is, or holds, a path it reads (`read_paths`: the model or
     tokenizer it starts from, a data file, the checkpoint it resumes), or when the folder it writes (a field whose
     metadata has `"writes": True`) lies inside a folder it reads (a local dataset folder would load the run's files
-    as data next time, a model folder would be published with another model in it). Paths are compared as the
-    system resolves them (links followed), so another spelling of the same folder is caught too."""
+    as data next time, a model folder would be published with another model in it), or a file it writes (`"writes":
+    "file"`) inside a folder it reads as data (`"reads": "data"`; a model folder may hold a results file). Paths are
+    compared as the system resolves them (links followed), so another spelling of the same folder is caught too."""
     reads = config.read_paths()
+    data = {
+        f"{flag_name(field)} {getattr(config, field.name)}": getattr(config, field.name)
+        for field in dataclasses.fields(config)
+        if field.metadata.get("reads") == "data" and getattr(config, field.name) in reads.values()
+    }
     for field in dataclasses.fields(config):
-        written = getattr(config, field.name) if field.metadata.get("writes") else None
-        for what, path in reads.items() if written else ():
+        kind = field.metadata.get("writes")
+        written = getattr(config, field.name) if kind else None
+        for what, path in (reads if kind is True else data).items() if written else ():
             read = os.path.realpath(path)
             if os.path.isdir(path) and os.path.realpath(written).startswith(read.rstrip(os.sep) + os.sep):
+                which, place = ("it", "a file") if kind == "file" else ("its files", "a folder")
                 raise UsageError(
-                    f"{flag_name(field)} {written} is inside {what}, read by this run: its files would become part "
-                    f"of what it reads. Nothing was changed; give {flag_name(field)} a folder outside it."
+                    f"{flag_name(field)} {written} is inside {what}, read by this run: {which} would become part "
+                    f"of what it reads. Nothing was changed; give {flag_name(field)} {place} outside it."
                 )
     for cleared in config.cleared_paths():
         target = os.path.realpath(cleared.path)

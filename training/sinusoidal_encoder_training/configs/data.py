@@ -24,7 +24,9 @@ class DataConfig(FlagConfig):
     validation_file_alone: ClassVar[bool] = False
 
     dataset_name: str | None = dataclasses.field(
-        default=None, metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'.", "reads": True}
+        # "data": a local folder of data files, every one under it read (`arguments.check_reads_kept`)
+        default=None,
+        metadata={"help": "A dataset on the Hugging Face Hub, e.g. 'wikitext'.", "reads": "data"},
     )
     dataset_config_name: str | None = dataclasses.field(
         default=None, metadata={"help": "The configuration of --dataset_name, e.g. 'wikitext-103-raw-v1'."}

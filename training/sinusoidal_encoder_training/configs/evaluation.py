@@ -78,7 +78,9 @@ class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
         },
     )
     output_file: str | None = dataclasses.field(
-        default=None, metadata={"help": "Also write the results to this JSON file, by length."}
+        # "file": refused inside a dataset folder the run reads, not inside its model folder (`MODEL/results.json`)
+        default=None,
+        metadata={"help": "Also write the results to this JSON file, by length.", "writes": "file"},
     )
 
     def __post_init__(self) -> None:
