@@ -12,9 +12,10 @@ trap 'rm -rf "$work"' EXIT
 "$PYTHON" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --upgrade pip
 "$work/venv/bin/python" -m pip install --quiet "torch==${TORCH_VERSION:-2.13.0}"
-"$work/venv/bin/python" -m pip install --quiet ".[dev]"
-"$work/venv/bin/python" -m pip freeze > "$work/freeze.txt"
-"$work/venv/bin/python" - "$work/freeze.txt" > constraints.txt <<'PY'
+# editable, as setup.sh installs it: nothing is built into the checkout
+"$work/venv/bin/python" -m pip install --quiet -e ".[dev]"
+"$work/venv/bin/python" -m pip freeze --exclude-editable > "$work/freeze.txt"
+"$work/venv/bin/python" - "$work/freeze.txt" > "$work/constraints.txt" <<'PY'
 import importlib.metadata as metadata
 import re
 import sys
@@ -52,4 +53,5 @@ print(
 )
 print("\n".join(sorted(pins)))
 PY
+mv "$work/constraints.txt" constraints.txt  # whole, or not at all
 echo "wrote constraints.txt: $(grep -vc '^#' constraints.txt) packages"
