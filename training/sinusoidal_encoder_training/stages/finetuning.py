@@ -62,6 +62,7 @@ from sinusoidal_encoder_training.tasks.recipes import (
     HeadPlan,
     OtherLabels,
     Prepared,
+    draw_rows,
     plan_head,
     run_labels,
 )
@@ -92,9 +93,8 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
         )
     else:
         raw = load_raw_datasets(config, config.seed, numbers=True)  # labels and targets: finite
-    limit = config.max_eval_samples  # --max_train_samples: drawn by the recipe (`recipes.draw_training_examples`)
-    if limit is not None and limit < len(raw["validation"]):
-        raw["validation"] = raw["validation"].shuffle(seed=config.seed).select(range(limit))
+    # --max_train_samples: drawn by the recipe, after its label space (`recipes.draw_training_examples`)
+    raw["validation"] = draw_rows(raw["validation"], config.max_eval_samples, config.seed)
     return raw
 
 

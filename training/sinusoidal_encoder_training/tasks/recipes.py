@@ -148,15 +148,20 @@ def run_labels(config: FinetuningConfig, model_config: Any) -> tuple[str | None,
     return problem, None if problem == "regression" else folder_labels(model_config)
 
 
+def draw_rows(split: datasets.Dataset, limit: int | None, seed: int) -> datasets.Dataset:
+    """At most `limit` rows of `split` drawn at random, seeded by `seed` (None: the whole split): what
+    --max_train_samples and --max_eval_samples keep."""
+    if limit is None or limit >= len(split):
+        return split
+    return split.shuffle(seed=seed).select(range(limit))
+
+
 def draw_training_examples(raw: datasets.DatasetDict, config: FinetuningConfig) -> datasets.DatasetDict:
-    """The splits with the training split cut to --max_train_samples rows drawn at random (seeded by --seed). A recipe
-    draws once it has read its label space from the whole training split, as transformers' examples do: a small draw
-    neither changes the head's labels nor leaves a validation label unseen."""
-    limit = config.max_train_samples
-    if limit is None or limit >= len(raw["train"]):
-        return raw
+    """The splits with the training split cut to --max_train_samples rows (`draw_rows`). A recipe draws once it has
+    read its label space from the whole training split, as transformers' examples do: a small draw neither changes
+    the head's labels nor leaves a validation label unseen."""
     drawn = datasets.DatasetDict(raw)
-    drawn["train"] = raw["train"].shuffle(seed=config.seed).select(range(limit))
+    drawn["train"] = draw_rows(raw["train"], config.max_train_samples, config.seed)
     return drawn
 
 
