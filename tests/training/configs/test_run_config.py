@@ -129,10 +129,39 @@ def test_the_command_line_is_generated_from_the_fields():
         ["--output_dir", "o", "--max_train_steps", "many"],
     ],
 )
-def test_the_command_line_refuses_what_argparse_can_tell(argv, capsys):
+def test_the_command_line_refuses_what_argparse_can_tell_in_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        parse_config(PretrainingConfig, argv)
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.splitlines()) == 1 and "usage:" not in err, err
+    assert re.search(r"; \S+ --help lists the flags.\n$", err), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--output_dir", "o", "--learning_rat", "1"],
+            "unrecognized arguments: --learning_rat (did you mean --learning_rate?)",
+        ),
+        # argparse alone says "--output_dir is required": the misspelt flag is the user's mistake
+        (["--outputdir", "o"], "unrecognized arguments: --outputdir (did you mean --output_dir?)"),
+        (
+            ["--output_dir=o", "--max_train=3", "--zzz"],
+            "unrecognized arguments: --max_train (did you mean --max_train_steps?), --zzz;",
+        ),
+        # no abbreviation: "--max_train" is no flag, even though one flag starts with it
+        (
+            ["--output_dir", "o", "--max_train", "3"],
+            "unrecognized arguments: --max_train (did you mean --max_train_steps?)",
+        ),
+    ],
+)
+def test_a_misspelt_flag_is_named_with_the_closest_flag(argv, line, capsys):
     with pytest.raises(SystemExit):
         parse_config(PretrainingConfig, argv)
-    assert "usage:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and line in err, err
 
 
 CONFIGS = [*(entry.config for entry in TABLE.values()), lg.LengthGeneralizationConfig]

@@ -587,7 +587,7 @@ def test_bad_input_under_two_processes_stops_both_in_one_line_and_leaves_no_fold
     ours = [line for line in proc.stderr.splitlines() if "pretrain.py: error:" in line]
     assert proc.returncode != 0 and len(ours) == 1 and ours[0].startswith(message), proc.stderr[-4000:]
     assert "[rank1]" not in proc.stderr and "[rank0]" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.stderr.count("usage: pretrain.py") == (bad == "a flag")
+    assert "usage: pretrain.py" not in proc.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["short.txt"]
 
 

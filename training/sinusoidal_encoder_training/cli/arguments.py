@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import inspect
 import json
 import math
 import os
+import sys
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, TypeVar
@@ -317,13 +319,16 @@ def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
 
 
 class ConfigParser(argparse.ArgumentParser):
-    """The command line of one run configuration: a flag per field (`--name`, no alias), typed by its hint
-    (`_flag_options`), grouped in `--help` by the class that declares the field (its `_argument_group_name`), the
-    description above them kept as written. A field whose metadata has `"positional": True` is a positional
-    argument. Built with argparse alone: no library is imported to answer `--help`."""
+    """The command line of one run configuration: a flag per field (`--name`, no alias or abbreviation), typed by
+    its hint (`_flag_options`), grouped in `--help` by the class that declares the field (its
+    `_argument_group_name`), the description above them kept as written. A field whose metadata has
+    `"positional": True` is a positional argument. Built with argparse alone: no library is imported to answer
+    `--help`."""
 
     def __init__(self, config_class: type[FlagConfig], description: str | None = None):
-        super().__init__(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+        super().__init__(
+            description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
+        )
         self.config_class = config_class
         hints = typing.get_type_hints(config_class)
         fields = [field for field in dataclasses.fields(config_class) if field.init]
@@ -345,18 +350,44 @@ class ConfigParser(argparse.ArgumentParser):
     def parse_config(self, argv: list[str] | None = None) -> FlagConfig:
         """The configuration of `argv` (`sys.argv[1:]` by default), built (and so checked) from the flags. Every
         process of a launch parses the same flags: a refusal is `shared` (shown once per machine)."""
+        self._argv = sys.argv[1:] if argv is None else list(argv)
         try:
-            return self.config_class(**vars(self.parse_args(argv)))
+            return self.config_class(**vars(self.parse_args(self._argv)))
         except UsageError as error:
             error.shared = True
             raise
 
     def error(self, message: str) -> NoReturn:
-        """argparse's refusal (the usage and one line, status 2), written by the first process of a machine alone
-        when every process of a launch parses the same flags."""
+        """What argparse refuses, in one line and status 2, like every other bad input: its message without the
+        usage (`--help` shows that), a flag that does not exist named first (argparse would report a required
+        flag as missing when it was only misspelt) with the closest flag there is. Written by the first process of
+        a machine alone, as every process of a launch parses the same flags."""
         if not first_process_of_machine():
             raise SystemExit(2)
-        super().error(message)
+        unknown = self.unknown_flags(getattr(self, "_argv", sys.argv[1:]))
+        if unknown:
+            candidates = [flag for flag in self.flags() if flag != "--help"]
+            named = []
+            for flag in unknown:
+                guess = difflib.get_close_matches(flag, candidates, n=1)
+                named.append(f"{flag} (did you mean {guess[0]}?)" if guess else flag)
+            message = "unrecognized arguments: " + ", ".join(named)
+        self.exit(2, f"{self.prog}: error: {message}; {self.prog} --help lists the flags.\n")
+
+    def flags(self) -> list[str]:
+        return [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+
+    def unknown_flags(self, argv: list[str]) -> list[str]:
+        """The `--name` words of `argv` that name no flag (no abbreviation is taken: a flag added later would make
+        it mean another); what follows a bare `--` is positional."""
+        flags, unknown = self.flags(), []
+        for word in argv:
+            if word == "--":
+                break
+            name = word.split("=", 1)[0]
+            if name.startswith("--") and name not in flags:
+                unknown.append(name)
+        return unknown
 
 
 def parse_config(
@@ -364,7 +395,7 @@ def parse_config(
 ) -> ConfigT:
     """The configuration of a command line (`sys.argv[1:]` by default), checked: a bad value raises the
     `UsageError` of the configuration's `__post_init__`, which names the flag; what argparse itself refuses (an
-    unknown flag, a value of the wrong type or outside the choices) stops with the usage, as argparse does.
+    unknown flag, a value of the wrong type or outside the choices) stops with one line (`ConfigParser.error`).
     `description` heads `--help` (default: the configuration's docstring)."""
     parser = ConfigParser(
         config_class, inspect.cleandoc(config_class.__doc__ or "") if description is None else description
