@@ -106,7 +106,7 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
     three_batches = torch.utils.data.DataLoader(range(6), batch_size=2)
     refusal = (
-        "One epoch of 6 training examples holds 3 full batch(es) of --per_device_train_batch_size=32 per process, "
+        "One epoch of 6 training examples holds 3 batch(es) of --per_device_train_batch_size=32 per process, "
         "fewer than one step's --gradient_accumulation_steps=4: lower the batch size."
     )
     with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):

@@ -365,7 +365,7 @@ def test_overwrite_empties_nothing_when_the_run_stops_on_bad_data(holds, tmp_pat
         with pytest.raises(UsageError, match="The validation split holds no complete block"):
             pretrain(tiny_pretraining(corpus, folder, validation_file=str(short), overwrite_output_dir=True))
         AcceleratorState._reset_state(reset_partial_state=True)
-        fewer = r"^One epoch of \d+ training examples holds 0 full batch\(es\) of --per_device_train_batch_size=4096 "
+        fewer = r"^One epoch of \d+ training examples holds 0 batch\(es\) of --per_device_train_batch_size=4096 "
         with pytest.raises(UsageError, match=fewer):
             pretrain(tiny_pretraining(corpus, folder, per_device_train_batch_size=4096, overwrite_output_dir=True))
         assert folder_digest(folder) == before  # each refused run gave the folder back as it stopped

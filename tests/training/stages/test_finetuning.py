@@ -370,6 +370,50 @@ def test_a_small_draw_of_training_examples_keeps_the_labels_of_the_whole_split(t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("rows", "batch", "epochs", "steps"), [(5, 2, 2, 6), (3, 32, 1, 1)])
+def test_every_training_example_is_trained_on_in_every_epoch(
+    tmp_path, pretrained, tokenizer, rows, batch, epochs, steps
+):
+    """The last, smaller batch of an epoch is a step of its own, as with transformers' Trainer: 5 rows in batches
+    of 2 are 3 steps an epoch, every row's tokens counted each epoch; 3 rows with the default batch of 32 are one
+    step (they were refused: "holds 0 full batch(es)")."""
+    labelled = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES)]
+    config = finetuning.FinetuningConfig(
+        model_name_or_path=pretrained,
+        train_file=write_jsonl(tmp_path / "t.jsonl", labelled[:rows]),
+        validation_file=write_jsonl(tmp_path / "v.jsonl", labelled),
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=batch,
+        num_train_epochs=epochs,
+        max_length=48,
+    )
+    result = finetuning.finetune(config)
+    assert result.max_train_steps == steps and result.progress.completed_steps == steps
+    tokens = sum(len(tokenizer(s, truncation=True, max_length=48)["input_ids"]) for s in SENTENCES[:rows])
+    assert result.progress.tokens_seen == epochs * tokens
+
+
+def test_baselines_are_scored_over_the_runs_labels_and_say_what_they_cannot_score():
+    """The majority class is scored over the run's labels, as the model is: a validation label (2) that the training
+    rows lack counts in the macro-F1 (an F1 of 0: 0.5 / 3, where leaving it out gave 0.5 / 2). TF-IDF + logistic
+    regression needs two labels and a term shared by two training rows; without them it is left out, saying why
+    (scikit-learn raised a ValueError)."""
+    texts = ["the cat sat", "the cat ran", "a dog barked", "a dog slept"]
+    scores, missing = classification.run_baselines((texts, [0, 0, 1, 1]), (texts[:3], [0, 1, 2]), 3)
+    assert missing is None and scores["majority_accuracy"] == pytest.approx(1 / 3)
+    assert scores["majority_macro_f1"] == pytest.approx(0.5 / 3)
+    assert set(scores) == {"majority_accuracy", "majority_macro_f1", "tfidf_logreg_accuracy", "tfidf_logreg_macro_f1"}
+    for train, reason in [
+        ((texts, [1, 1, 1, 1]), "the training rows hold one label"),
+        ((texts[:1], [0]), "the training rows hold one label"),
+        ((["alpha beta", "gamma delta"], [0, 1]), "no term occurs in two training rows"),
+    ]:
+        scores, missing = classification.run_baselines(train, (texts, [0, 1, 0, 1]), 2)
+        assert set(scores) == {"majority_accuracy", "majority_macro_f1"}
+        assert missing == f"TF-IDF + logistic regression not scored: {reason}"
+
+
+@pytest.mark.slow
 def test_fine_tuning_at_a_longer_length_is_the_length_trained_at(tmp_path, pretrained):
     """Fine-tuned at inputs longer than the folder was pretrained at (64), the model has been trained there: its
     config's `max_position_embeddings` says so (as pretraining's context extension), and with it what sentence-

@@ -28,11 +28,14 @@ def make_loaders(
     train_collate,
     eval_collate,
     train_sampler: torch.utils.data.Sampler | None = None,
+    *,
+    drop_last: bool,
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """The training loader (its order a permutation drawn from `generator`, which the task reseeds every epoch,
-    unless the set is a stream; or that of `train_sampler`, over that generator; the last partial batch dropped) and
-    the evaluation loader (every example), of the config's batch sizes, with the workers, their persistence and
-    page-locked memory of `loader_settings`; `accelerator.prepare` them with the model.
+    unless the set is a stream; or that of `train_sampler`, over that generator; the last partial batch of an epoch
+    dropped if `drop_last`, else a batch of its own) and the evaluation loader (every example), of the config's batch
+    sizes, with the workers, their persistence and page-locked memory of `loader_settings`; `accelerator.prepare`
+    them with the model.
 
     The loaders' own draws (the seed of their workers, at every new iterator) come from generators of their own:
     neither the order nor the global RNG (dropout) depends on how many iterators a run made, which differs between
@@ -45,7 +48,7 @@ def make_loaders(
         sampler=train_sampler,
         generator=torch.Generator(),
         collate_fn=train_collate,
-        drop_last=True,
+        drop_last=drop_last,
         **loader_settings(config, train_set),
     )
     eval_loader = torch.utils.data.DataLoader(

@@ -175,7 +175,7 @@ def plan_steps(config: TrainingConfig, train_loader, streaming: bool) -> StepPla
     steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
     if steps_per_epoch == 0:
         raise UsageError(
-            f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} full batch(es) "
+            f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} batch(es) "
             f"of --per_device_train_batch_size={config.per_device_train_batch_size} per process, fewer than one "
             f"step's --gradient_accumulation_steps={config.gradient_accumulation_steps}: lower the batch size.",
             shared=True,  # every process holds as many batches

@@ -68,16 +68,16 @@ from sinusoidal_encoder_training.tasks.recipes import (
 )
 from sinusoidal_encoder_training.tasks.registry import TASKS, auto_class_of
 
-BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
 BUILTIN_LABELS = {"python-docs": "python", "python-stdlib": "python"}  # the rest: the package name
 
 
 @dataclasses.dataclass(frozen=True)
 class FinetuningResult(StageResult):
-    """What `finetune()` returns (see `StageResult`; the final evaluation has the baselines' scores when asked),
-    and what the task's recipe prepared (`Prepared`: the problem type, the labels)."""
+    """What `finetune()` returns (see `StageResult`; the final evaluation has the baselines' scores when asked,
+    `baselines` holds them alone), and what the task's recipe prepared (`Prepared`: the problem type, the labels)."""
 
     prepared: Prepared
+    baselines: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
@@ -271,8 +271,10 @@ def finetune(
             model, header = model_init(model_config), prepared.header
 
         generator = torch.Generator()
+        # every example trained on in every epoch, as with transformers' Trainer: the last, smaller batch is a
+        # step of its own (its loss a mean over its own units), and a set smaller than a batch trains at all
         train_loader, eval_loader = make_loaders(
-            config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate
+            config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate, drop_last=False
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
@@ -281,11 +283,12 @@ def finetune(
         task = prepared.make_task(generator)
         trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
         final = trained.metrics
+        baselines = {}
         if prepared.extra_scores is not None and accelerator.is_main_process:
-            extra = optional_step("score the baselines", prepared.extra_scores, final)
-            final.update(extra or {})
+            baselines = optional_step("score the baselines", prepared.extra_scores, final) or {}
+            final.update(baselines)
         return FinetuningResult(
-            accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared
+            accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared, baselines
         )
 
 
@@ -361,7 +364,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         metrics={
             k.removeprefix("eval_"): v for k, v in final.items() if k.startswith("eval_") and isinstance(v, float)
         },
-        baselines={k: v for k, v in final.items() if k.startswith(("majority_", "tfidf_logreg_"))},
+        baselines=result.baselines,
         dataset_name="built-in library-of-a-passage task" if config.builtin else None,
         base_model=config.base_model_id
         or (config.model_name_or_path if not os.path.isdir(config.model_name_or_path) else None),

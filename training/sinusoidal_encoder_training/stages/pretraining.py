@@ -313,8 +313,16 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             if streaming
             else EpochTaggedSampler(torch.utils.data.RandomSampler(train_set, generator=train_generator))
         )
+        # every step's batches whole: blocks of a corpus are many, and a step of a few blocks would weigh as much
         train_loader, eval_loader = make_loaders(
-            config, train_set, eval_set, train_generator, train_masking, eval_masking, train_sampler=order
+            config,
+            train_set,
+            eval_set,
+            train_generator,
+            train_masking,
+            eval_masking,
+            train_sampler=order,
+            drop_last=True,
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(

@@ -34,8 +34,6 @@ from sinusoidal_encoder_training.tasks.recipes import (
     plan_head,
 )
 
-BASELINE_PREFIXES = ("majority_", "tfidf_logreg_")  # the metric names of `run_baselines`
-
 
 def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, model_config: Any) -> Prepared:
     """The label space of the data (checked), the model config's labels set (`num_labels`, `id2label`,
@@ -76,11 +74,12 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         header.append("Training labels = " + ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
 
     def baselines(final: dict[str, float]) -> dict[str, float]:
-        scores = run_baselines(raw, text_col, label_col)
-        print(
-            f"accuracy: model {final['eval_accuracy']:.4f}, majority class {scores['majority_accuracy']:.4f}, "
-            f"TF-IDF + logistic regression {scores['tfidf_logreg_accuracy']:.4f}"
-        )
+        splits = [(raw[split][text_col], encoded[split]["labels"]) for split in ("train", "validation")]
+        scores, missing = run_baselines(*splits, num_labels)
+        line = f"accuracy: model {final['eval_accuracy']:.4f}, majority class {scores['majority_accuracy']:.4f}"
+        if missing is None:
+            line += f", TF-IDF + logistic regression {scores['tfidf_logreg_accuracy']:.4f}"
+        print(line if missing is None else f"{line}; {missing}")
         return scores
 
     labels = "a real number" if problem == "regression" else ", ".join(label_names)
@@ -347,25 +346,30 @@ def encode(
     return raw.map(function, batched=True, remove_columns=raw["train"].column_names, desc="Tokenizing")
 
 
-def run_baselines(raw: datasets.DatasetDict, text_col: str, label_col: str) -> dict[str, float]:
-    """Majority class and TF-IDF + logistic regression, trained and scored on the same splits as the model."""
+def run_baselines(
+    train: tuple[list[str], list[int]], validation: tuple[list[str], list[int]], num_labels: int
+) -> tuple[dict[str, float], str | None]:
+    """Majority class and TF-IDF (1-2-grams in two training texts or more) + logistic regression, trained on the
+    (text, label id) rows the model trained on and scored on the same validation rows, over the run's labels (the
+    model's macro-F1 is over them too). The second baseline needs two labels and a shared term among the training
+    rows (a small draw may hold neither): without them, only the majority class is scored, and the second value
+    says why."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    train_x, train_y = raw["train"][text_col], [str(v) for v in raw["train"][label_col]]
-    eval_x, eval_y = raw["validation"][text_col], [str(v) for v in raw["validation"][label_col]]
+    (train_x, train_y), (eval_x, eval_y) = train, validation
     majority = Counter(train_y).most_common(1)[0][0]
+    major = accuracy_and_macro_f1([majority] * len(eval_y), eval_y, num_labels)
+    scores = {"majority_accuracy": major["accuracy"], "majority_macro_f1": major["macro_f1"]}
+    not_scored = "TF-IDF + logistic regression not scored: "
+    if len(set(train_y)) < 2:
+        return scores, not_scored + "the training rows hold one label"
     vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2, ngram_range=(1, 2), max_features=200_000)
-    classifier = LogisticRegression(max_iter=2000, C=10.0)
-    classifier.fit(vectorizer.fit_transform(train_x), train_y)
-    predicted = classifier.predict(vectorizer.transform(eval_x))
-    names = sorted(set(train_y))
-    ids = {n: i for i, n in enumerate(names)}
-    tfidf = accuracy_and_macro_f1([ids[p] for p in predicted], [ids.get(y, -1) for y in eval_y], len(names))
-    major = accuracy_and_macro_f1([ids[majority]] * len(eval_y), [ids.get(y, -1) for y in eval_y], len(names))
-    return {
-        "majority_accuracy": major["accuracy"],
-        "majority_macro_f1": major["macro_f1"],
-        "tfidf_logreg_accuracy": tfidf["accuracy"],
-        "tfidf_logreg_macro_f1": tfidf["macro_f1"],
-    }
+    try:
+        features = vectorizer.fit_transform(train_x)
+    except ValueError:  # scikit-learn's "no terms remain" (or "max_df ... < min_df" for one text)
+        return scores, not_scored + "no term occurs in two training rows"
+    classifier = LogisticRegression(max_iter=2000, C=10.0).fit(features, train_y)
+    tfidf = accuracy_and_macro_f1(classifier.predict(vectorizer.transform(eval_x)).tolist(), eval_y, num_labels)
+    scores.update(tfidf_logreg_accuracy=tfidf["accuracy"], tfidf_logreg_macro_f1=tfidf["macro_f1"])
+    return scores, None
