@@ -161,6 +161,16 @@ def test_regression_multi_label_and_text_pairs(tmp_path, pretrained):
     assert {"eval_micro_f1", "eval_macro_f1", "eval_exact_match"} <= set(multi)
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["problem_type"] == "multi_label_classification" and config["id2label"] == {"0": "x", "1": "y"}
+    # the baselines read both texts of a pair: here the second alone decides the label
+    decided = [{"a": s, "b": f"The {pet} sat.", "pet": pet} for s in SENTENCES for pet in ("cat", "dog")]
+    train = write_jsonl(tmp_path / "pets.jsonl", decided)
+    pets = run_finetune(
+        **{**common, "train_file": train, "validation_file": train},
+        label_column_name="pet",
+        baselines=True,
+        output_dir=str(tmp_path / "p"),
+    )
+    assert pets["majority_accuracy"] == 0.5 and pets["tfidf_logreg_accuracy"] == 1.0
 
 
 def ner_rows():

@@ -74,7 +74,14 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         header.append("Training labels = " + ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
 
     def baselines(final: dict[str, float]) -> dict[str, float]:
-        splits = [(raw[split][text_col], encoded[split]["labels"]) for split in ("train", "validation")]
+        pair_col = config.text_pair_column_name  # a pair's words count too: both texts, joined
+        texts = {
+            split: [f"{a} {b}" for a, b in zip(raw[split][text_col], raw[split][pair_col], strict=True)]
+            if pair_col
+            else raw[split][text_col]
+            for split in ("train", "validation")
+        }
+        splits = [(texts[split], encoded[split]["labels"]) for split in ("train", "validation")]
         scores, missing = run_baselines(*splits, num_labels)
         line = f"accuracy: model {final['eval_accuracy']:.4f}, majority class {scores['majority_accuracy']:.4f}"
         if missing is None:
@@ -350,10 +357,10 @@ def run_baselines(
     train: tuple[list[str], list[int]], validation: tuple[list[str], list[int]], num_labels: int
 ) -> tuple[dict[str, float], str | None]:
     """Majority class and TF-IDF (1-2-grams in two training texts or more) + logistic regression, trained on the
-    (text, label id) rows the model trained on and scored on the same validation rows, over the run's labels (the
-    model's macro-F1 is over them too). The second baseline needs two labels and a shared term among the training
-    rows (a small draw may hold neither): without them, only the majority class is scored, and the second value
-    says why."""
+    (text, label id) rows the model trained on (a pair's two texts joined) and scored on the same validation rows,
+    over the run's labels (the model's macro-F1 is over them too). The second baseline needs two labels and a
+    shared term among the training rows (a small draw may hold neither): without them, only the majority class is
+    scored, and the second value says why."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
