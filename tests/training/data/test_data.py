@@ -167,6 +167,28 @@ def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
     assert len(raw["train"]) == 60 and len(raw["validation"]) == 5
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_the_validation_split_of_a_dataset_by_name_can_be_named(tmp_path, streaming):
+    """A dataset of train and test splits (IMDb's kind): by default a share of train is held out and test is not
+    read; --validation_split_name test validates on test, whole; a split the dataset lacks is one line naming those
+    it has."""
+    folder = tmp_path / "my_dataset"
+    _write(folder / "data", "jsonl", ROWS)
+    (folder / "data" / "train.jsonl").rename(folder / "data" / "train-00000.jsonl")
+    _write(folder / "other", "jsonl", ROWS[:7])
+    (folder / "other" / "train.jsonl").rename(folder / "data" / "test-00000.jsonl")
+    config = data_config(dataset_name=str(folder), text_column_name="body", streaming=streaming)
+    if not streaming:
+        held_out = load_raw_datasets(config, SEED)
+        assert (len(held_out["train"]), len(held_out["validation"])) == (57, 3)
+    named = load_raw_datasets(dataclasses.replace(config, validation_split_name="test"), SEED)
+    assert [row["body"] for row in named["validation"]] == [row["body"] for row in ROWS[:7]]
+    assert len(list(named["train"])) == 60
+    missing = r"^--dataset_name '.*my_dataset' has no split 'valid' \(it has \['train', 'test'\]\): name one of them "
+    with pytest.raises(UsageError, match=missing):
+        load_raw_datasets(dataclasses.replace(config, validation_split_name="valid"), SEED)
+
+
 def test_a_dataset_by_name_too_small_to_split_is_one_line(tmp_path):
     """A dataset with no validation split and too few rows to hold one out: the flag named, not datasets' error."""
     folder = tmp_path / "my_dataset"
@@ -275,6 +297,10 @@ def test_streaming_without_validation_holds_out_the_first_documents(tmp_path):
         ({"dataset_name": "x", "train_file": "{here}/train.txt"}, "either --dataset_name"),
         ({"train_file": "{here}/train.txt", "validation_split_percentage": 0}, "--validation_split_percentage"),
         ({"streaming": True}, "--streaming needs --dataset_name or --train_file"),
+        (
+            {"train_file": "{here}/train.txt", "validation_split_name": "test"},
+            "--validation_split_name names a split of --dataset_name; local files give theirs with --validation_file",
+        ),
     ],
 )
 def test_bad_data_settings_name_the_flag_when_the_config_is_built(tmp_path, settings, message):

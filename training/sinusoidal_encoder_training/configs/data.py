@@ -38,6 +38,14 @@ class DataConfig(FlagConfig):
     validation_file: str | None = dataclasses.field(
         default=None, metadata={"help": "A local validation file, same formats as --train_file.", "reads": True}
     )
+    validation_split_name: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The split of --dataset_name to validate on (default: 'validation'; without one, a share of the "
+            "training split is held out, and a 'test' split is not read): e.g. 'test' for a dataset of train and "
+            "test only."
+        },
+    )
     validation_split_percentage: int = dataclasses.field(
         default=5,
         metadata={
@@ -70,6 +78,11 @@ class DataConfig(FlagConfig):
             raise UsageError("Pass either --dataset_name or --train_file/--validation_file, not both.")
         if self.validation_file and not self.train_file and not self.validation_file_alone:
             raise UsageError("--validation_file needs --train_file.")
+        if self.validation_split_name is not None and not self.dataset_name:
+            raise UsageError(
+                "--validation_split_name names a split of --dataset_name; local files give theirs with "
+                "--validation_file."
+            )
         check_model_source("--dataset_name", self.dataset_name, repo_type="dataset")
         check_positive(self, "streaming_validation_examples")  # a stream's held-out documents: skip/take take any
         for flag in ("train_file", "validation_file"):

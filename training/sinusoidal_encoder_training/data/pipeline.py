@@ -26,11 +26,12 @@ from sinusoidal_encoder_training.resources import SHIPPED_TOKENIZER  # noqa: F40
 def load_raw_datasets(
     config: DataConfig, seed: int, numbers: bool = False
 ) -> datasets.DatasetDict | datasets.IterableDatasetDict:
-    """The corpus as "train" and "validation" splits, from the Hub, local files, or the built-in corpus; `seed` draws
-    the validation split of a dataset without one. With `numbers` (a command that reads the numeric columns:
-    fine-tuning's labels and targets), a NaN or infinite number in the splits as loaded is refused
-    (`check_finite_numbers`), before the training split is divided, so that its rows are the file's. Commands that
-    read one text column (pretraining, tokenizer training, distillation) leave the other columns alone."""
+    """The corpus as "train" and "validation" splits, from the Hub, local files, or the built-in corpus; "validation"
+    is the split --validation_split_name names, if any; `seed` draws the validation split of a dataset without one.
+    With `numbers` (a command that reads the numeric columns: fine-tuning's labels and targets), a NaN or infinite
+    number in the splits as loaded is refused (`check_finite_numbers`), before the training split is divided, so
+    that its rows are the file's. Commands that read one text column (pretraining, tokenizer training,
+    distillation) leave the other columns alone."""
     if config.dataset_name is None and config.train_file is None:
         return load_builtin_corpus()
     if config.dataset_name is not None:
@@ -46,12 +47,19 @@ def load_raw_datasets(
         raise UsageError(load_failure(config, error)) from error
     if "train" not in raw:
         raise UsageError(f"The dataset has no 'train' split (it has {list(raw)}).")
+    named = config.validation_split_name
+    if named is not None and named not in raw:
+        raise UsageError(
+            f"--dataset_name {config.dataset_name!r} has no split {named!r} (it has {list(raw)}): name one of them "
+            "with --validation_split_name."
+        )
+    validation = named or "validation"
     if numbers and not config.streaming:
-        for split in ("train", "validation"):
+        for split in dict.fromkeys(("train", validation)):
             if split in raw:
                 check_finite_numbers(raw[split], _split_source(config, split))
-    if "validation" in raw:
-        return type(raw)({"train": raw["train"], "validation": raw["validation"]})
+    if validation in raw:
+        return type(raw)({"train": raw["train"], "validation": raw[validation]})
     if config.validation_file and config.validation_file == config.train_file:  # one file as both: read once
         return type(raw)({"train": raw["train"], "validation": raw["train"]})
     if config.streaming:

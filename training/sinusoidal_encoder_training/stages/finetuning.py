@@ -107,6 +107,8 @@ def validation_source(config: FinetuningConfig) -> str:
             return f"the whole of {config.validation_file!r}"
         return f"--validation_file {config.validation_file!r}"
     share, seed = config.validation_split_percentage, config.seed
+    if config.validation_split_name:
+        return f"the {config.validation_split_name!r} split of --dataset_name {config.dataset_name!r}"
     if config.dataset_name:
         return (
             f"the validation split of --dataset_name {config.dataset_name!r} (without one: the {share}% of its "
