@@ -1,21 +1,34 @@
 """Under `accelerate launch` every process runs the command: a refusal every process of a machine raises alike (bad
 flags, bad data the main process found and passed on: `UsageError.shared`) is shown once, by the machine's first
-process (`LOCAL_RANK` 0); any other refusal by the process that raised it. Two real processes:
+process (`LOCAL_RANK` 0); any other refusal by the process that raised it. The other processes wait for the
+launcher to end them, so that the first one has written its line first. Two real processes:
 tests/training/stages/test_pretraining.py (`test_bad_input_under_two_processes_...`)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import env
 
+from sinusoidal_encoder_training.cli import command_line
 from sinusoidal_encoder_training.cli.command_line import UsageError, front
+
+
+@pytest.fixture(autouse=True)
+def no_wait(monkeypatch):
+    """Another process's wait for the launcher, recorded rather than waited (`leave_it_to_the_first`)."""
+    waits = []
+    monkeypatch.setattr(command_line.time, "sleep", waits.append)
+    return waits
 
 
 @pytest.mark.parametrize("local_rank", [None, "0", "1"])
 @pytest.mark.parametrize("shared", [True, False])
 def test_a_shared_refusal_is_shown_by_the_machines_first_process_any_other_by_its_own(
-    shared, local_rank, monkeypatch, capsys
+    shared, local_rank, monkeypatch, capsys, no_wait
 ):
     if local_rank is None:
         monkeypatch.delenv("LOCAL_RANK", raising=False)
@@ -29,11 +42,14 @@ def test_a_shared_refusal_is_shown_by_the_machines_first_process_any_other_by_it
     assert stopped.value.code == 2
     silent = shared and local_rank == "1"
     assert capsys.readouterr().err == ("" if silent else "pretrain.py: error: --thing is bad: pass another.\n")
+    assert no_wait == ([command_line.SHARED_ERROR_WAIT_S] if silent else [])
 
 
 @pytest.mark.parametrize("argv", [["--output_dir", "o", "--learning_rate", "-1"], ["--output_dir", "o", "--nope"]])
 @pytest.mark.parametrize("local_rank", ["0", "1"])
-def test_every_process_parses_the_same_flags_so_the_first_one_shows_a_refusal(argv, local_rank, monkeypatch, capsys):
+def test_every_process_parses_the_same_flags_so_the_first_one_shows_a_refusal(
+    argv, local_rank, monkeypatch, capsys, no_wait
+):
     from sinusoidal_encoder_training.cli import console
 
     monkeypatch.setenv("LOCAL_RANK", local_rank)
@@ -44,6 +60,40 @@ def test_every_process_parses_the_same_flags_so_the_first_one_shows_a_refusal(ar
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     if local_rank == "1":
-        assert err == ""
+        assert err == "" and no_wait == [command_line.SHARED_ERROR_WAIT_S]
     else:
         assert err.strip().splitlines()[-1].startswith("pretrain.py: error: "), err
+
+
+SLOW_FIRST = """
+import os, sys, time
+if os.environ["LOCAL_RANK"] == "0":
+    time.sleep(3)  # the first process is the slower one: the other meets the bad flag first
+sys.argv[0] = "pretrain.py"
+from sinusoidal_encoder_training.cli import console
+console.pretrain()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", [["--learning_rate", "-1"], ["--nope"]])
+def test_the_line_is_shown_when_the_first_process_is_the_slower_one(bad, tmp_path):
+    """Two processes under `accelerate launch`, the first one 3 s behind: the second, meeting the bad flag first,
+    waits to be ended rather than exiting, which had torchrun end the first before it wrote its line (none shown)."""
+    script = tmp_path / "slow_first.py"
+    script.write_text(SLOW_FIRST)
+    launcher = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"]
+    launcher += [
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "0",
+    ]
+    command = [*launcher, str(script), "--output_dir", str(tmp_path / "out"), *bad]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(ACCELERATE_USE_CPU="1"))
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("pretrain.py: error:")]
+    assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]

@@ -403,6 +403,27 @@ def test_every_training_example_is_trained_on_in_every_epoch(
     assert result.progress.tokens_seen == epochs * tokens
 
 
+@pytest.mark.slow
+def test_a_named_validation_split_is_the_one_the_card_names(tmp_path, pretrained):
+    """A dataset of train and test only, validated on test (`--validation_split_name`): the model-index names the
+    split its results were measured on, as the Hub shows them."""
+    data = tmp_path / "reviews" / "data"
+    data.mkdir(parents=True)
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 3)]
+    write_jsonl(data / "train-00000.jsonl", rows)
+    write_jsonl(data / "test-00000.jsonl", rows[:5])
+    out = tmp_path / "out"
+    run_finetune(
+        model_name_or_path=pretrained,
+        dataset_name=str(tmp_path / "reviews"),
+        validation_split_name="test",
+        output_dir=str(out),
+        max_train_steps=1,
+    )
+    front = yaml.safe_load((out / "README.md").read_text().split("---")[1])
+    assert front["model-index"][0]["results"][0]["dataset"]["split"] == "test"
+
+
 def test_baselines_are_scored_over_the_runs_labels_and_say_what_they_cannot_score():
     """The majority class is scored over the run's labels, as the model is: a validation label (2) that the training
     rows lack counts in the macro-F1 (an F1 of 0: 0.5 / 3, where leaving it out gave 0.5 / 2). TF-IDF + logistic

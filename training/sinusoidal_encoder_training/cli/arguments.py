@@ -19,7 +19,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, TypeVar
 
-from sinusoidal_encoder_training.cli.command_line import UsageError, first_process_of_machine
+from sinusoidal_encoder_training.cli.command_line import UsageError, first_process_of_machine, leave_it_to_the_first
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -363,7 +363,7 @@ class ConfigParser(argparse.ArgumentParser):
         flag as missing when it was only misspelt) with the closest flag there is. Written by the first process of
         a machine alone, as every process of a launch parses the same flags."""
         if not first_process_of_machine():
-            raise SystemExit(2)
+            leave_it_to_the_first()
         unknown = self.unknown_flags(getattr(self, "_argv", sys.argv[1:]))
         if unknown:
             candidates = [flag for flag in self.flags() if flag != "--help"]

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import sys
+import time
 from collections.abc import Iterator
 from types import ModuleType
 from typing import NoReturn
@@ -382,6 +383,21 @@ def first_process_of_machine() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
+SHARED_ERROR_WAIT_S = 10.0  # the most another process waits for the launcher to end it (`leave_it_to_the_first`)
+
+
+def leave_it_to_the_first() -> NoReturn:
+    """End a process other than the first of its machine on an error that every process meets alike, without a
+    line: the first process shows it. It first waits (`SHARED_ERROR_WAIT_S` at most) for the launcher to end it once
+    the first process has failed: one that left at once had torchrun end the first process before it wrote its line
+    when the two raced, and the user saw torchrun's report alone."""
+    try:
+        time.sleep(SHARED_ERROR_WAIT_S)
+    except KeyboardInterrupt:  # the launcher's SIGTERM, where a handler makes it one
+        pass
+    raise SystemExit(2)
+
+
 def _fail(message: str, status: int) -> NoReturn:
     print(f"{os.path.basename(sys.argv[0])}: {message}", file=sys.stderr)
     raise SystemExit(status) from None
@@ -398,7 +414,7 @@ def front() -> Iterator[None]:
         if debugging():
             raise
         if error.shared and not first_process_of_machine():
-            raise SystemExit(2) from None
+            leave_it_to_the_first()
         _fail(f"error: {error}", 2)
     except ModuleNotFoundError as error:  # a module of an extra, imported by the command as it runs
         usage = missing_extra(error)

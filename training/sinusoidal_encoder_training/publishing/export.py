@@ -186,6 +186,7 @@ def export_model(
             pictures=pictures or {},
             pipeline_tag=pipeline_tag,
             dataset_id=hub_dataset_id(config),
+            dataset_split=config.validation_split_name or "validation",
             language=card_language(config),
             data_note=None if config.dataset_name or config.train_file else BUILTIN_DATA_NOTE,
             model_id=config.hub_model_id,

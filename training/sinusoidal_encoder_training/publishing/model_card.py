@@ -113,6 +113,7 @@ def render_model_card(
     metrics: dict[str, float],
     dataset_id: str | None = None,
     dataset_name: str | None = None,
+    dataset_split: str = "validation",
     model_id: str | None = None,
     base_model: str | None = None,
     intended_uses: str | None = None,
@@ -126,8 +127,8 @@ def render_model_card(
     data_note: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
-    values measured on the evaluation split; they go to the card's text and, when finite, to its model-index (a NaN
-    is no result to index). `pictures` maps PNG
+    values measured on the evaluation split (`dataset_split` of the data); they go to the card's text and, when
+    finite, to its model-index (a NaN is no result to index). `pictures` maps PNG
     files of the folder to their titles; the card shows them. `evaluation_note` (markdown) follows the metrics: what
     they mean and what they show. `extra_sections` maps titles to markdown: sections of your own (another
     measurement, a comparison), after the evaluation. `baselines` maps names to scores of reference methods on the
@@ -150,7 +151,7 @@ def render_model_card(
             task_name=task_name,
             dataset_type=dataset_id or re.sub(r"[^a-z0-9]+", "-", evaluated_on.lower()).strip("-"),
             dataset_name=evaluated_on,
-            dataset_split="validation",
+            dataset_split=dataset_split,
             metric_type=name,
             metric_name=name,
             metric_value=round(float(value), 4),
