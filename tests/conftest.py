@@ -153,6 +153,12 @@ def write_text_corpus(folder: Path, n_train: int = 40, n_validation: int = 12) -
 
 
 PRETRAIN = str(REPO / "training" / "pretrain.py")
+# two processes of one machine under accelerate launch (gloo on the CPU with ACCELERATE_USE_CPU=1), no precision
+# or compilation of accelerate's config, a free port
+TWO_PROCESSES = (
+    *(str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2"),
+    *("--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"),
+)
 TINY = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64"
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import env
+from conftest import TWO_PROCESSES, env
 
 from sinusoidal_encoder_training.cli import command_line
 from sinusoidal_encoder_training.cli.command_line import UsageError, front
@@ -82,18 +81,7 @@ def test_the_line_is_shown_when_the_first_process_is_the_slower_one(bad, tmp_pat
     waits to be ended rather than exiting, which had torchrun end the first before it wrote its line (none shown)."""
     script = tmp_path / "slow_first.py"
     script.write_text(SLOW_FIRST)
-    launcher = [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2"]
-    launcher += [
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
-    ]
-    command = [*launcher, str(script), "--output_dir", str(tmp_path / "out"), *bad]
+    command = [*TWO_PROCESSES, str(script), "--output_dir", str(tmp_path / "out"), *bad]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(ACCELERATE_USE_CPU="1"))
     ours = [line for line in proc.stderr.splitlines() if line.startswith("pretrain.py: error:")]
     assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]

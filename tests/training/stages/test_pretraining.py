@@ -22,6 +22,7 @@ from conftest import (
     PRETRAIN,
     REPO,
     TINY,
+    TWO_PROCESSES,
     VOCAB_SIZE,
     FakeHfApi,
     assert_same_training,
@@ -530,21 +531,7 @@ def test_two_processes_give_the_losses_of_one(tmp_path, corpus, monkeypatch, cap
     )
     assert run_command(pretraining.main, "pretrain.py", argv[2:], monkeypatch, capsys)[0] == 0
     two = tmp_path / "two"
-    launcher = (
-        ACCELERATE,
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        "0",
-    )
+    launcher = TWO_PROCESSES
     proc = run(
         pretrain_cmd(
             corpus,
@@ -579,8 +566,7 @@ def test_bad_input_under_two_processes_stops_both_in_one_line_and_leaves_no_fold
     short = tmp_path / "short.txt"
     short.write_text("Too short for a block.\n")
     out = tmp_path / "new" / "out"
-    launcher = (ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
-    launcher += ("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0")
+    launcher = TWO_PROCESSES
     extra = {"data": (), "a flag's value": ("--learning_rate", "-1"), "a flag": ("--no_such_flag",)}[bad]
     command = pretrain_cmd((corpus[0], short), out, "--max_train_steps", "2", *extra, launcher=launcher)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(ACCELERATE_USE_CPU="1"))
@@ -864,8 +850,7 @@ def test_two_processes_stop_after_the_same_step_when_one_is_asked(tmp_path, smal
     from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints
 
     out = tmp_path / "out"
-    launcher = (ACCELERATE, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1")
-    launcher += ("--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0")
+    launcher = TWO_PROCESSES
     cmd = pretrain_cmd(
         small_corpus, out, "--max_train_steps", "400", "--checkpointing_steps", "1000", launcher=launcher
     )
