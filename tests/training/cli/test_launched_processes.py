@@ -12,8 +12,9 @@ import sys
 import pytest
 from conftest import TWO_PROCESSES, env
 
-from sinusoidal_encoder_training.cli import command_line
+from sinusoidal_encoder_training.cli import command_line, console
 from sinusoidal_encoder_training.cli.command_line import UsageError, front
+from sinusoidal_encoder_training.cli.commands import COMMANDS
 
 
 @pytest.fixture(autouse=True)
@@ -85,3 +86,25 @@ def test_the_line_is_shown_when_the_first_process_is_the_slower_one(bad, tmp_pat
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(ACCELERATE_USE_CPU="1"))
     ours = [line for line in proc.stderr.splitlines() if line.startswith("pretrain.py: error:")]
     assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]
+
+
+LAUNCHED = {"pretrain", "finetune", "evaluate"}  # each process does its share; the others do the whole work
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_command_of_one_process_is_refused_under_a_launch_of_several(name, monkeypatch, capsys):
+    """Under `accelerate launch --num_processes 2` a command of one process did its whole work twice: distillation
+    ended in an OSError traceback (the second process's cache could not replace the first's), the others wrote the
+    same files twice. It stops in one line before any work; training and evaluation run as several (here they go on
+    to refuse the missing flags)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.delenv("SINUSOIDAL_ENCODER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py"])
+    with pytest.raises(SystemExit) as stopped:
+        console.command(name)([])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.splitlines()) == 1, err
+    refusal = f"{name}.py: error: {name} runs as one process, and this launch started 2: run it without accelerate"
+    assert err.startswith(refusal) == (name not in LAUNCHED), err
+    assert COMMANDS[name].launched == (name in LAUNCHED)

@@ -78,16 +78,6 @@ def test_bad_arguments_name_the_flag(flag, value, message):
         distillation.DistillationConfig(**settings)
 
 
-def test_a_launch_of_several_processes_is_refused_before_any_work(monkeypatch):
-    """Under `accelerate launch --num_processes 2` each process claimed the folder and encoded the sentences, and the
-    second one's cache could not replace the first's (an OSError traceback): refused in one line instead."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(UsageError, match=r"^distillation runs as one process, and this launch started 2: run it "):
-        distillation.DistillationConfig(model_name_or_path=MODEL, output_dir="out")
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    distillation.DistillationConfig(model_name_or_path=MODEL, output_dir="out")
-
-
 def test_an_output_folder_that_is_a_file_or_the_student_is_refused(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match=re.escape(f"--output_dir {tmp_path / 'file'} is a file")):

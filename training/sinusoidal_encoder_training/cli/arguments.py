@@ -73,14 +73,17 @@ class CommandEntry(NamedTuple):
     """A command, declared beside its configuration (`COMMAND = CommandEntry(...)` in a module of `configs`, which
     `commands.COMMANDS` gathers): its name (the console script `sinusoidal-encoder-NAME`), the module of
     `sinusoidal_encoder_training` whose `run(config)` does its work, its configuration class, what it does in a few
-    words, and the extras of pyproject.toml it needs beyond the base install (a run without the first one ends in
-    one line naming it)."""
+    words, the extras of pyproject.toml it needs beyond the base install (a run without the first one ends in one
+    line naming it), and whether it runs as several processes under `accelerate launch`, each doing its share
+    (`launched`: training, evaluation); a command that does not is refused under a launch of several, in one line
+    (its processes would each do the whole work and write the same files)."""
 
     name: str
     module: str
     config: type[FlagConfig]
     summary: str
     extras: tuple[str, ...] = ()
+    launched: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

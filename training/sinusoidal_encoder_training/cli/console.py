@@ -9,23 +9,34 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, parse_config
-from sinusoidal_encoder_training.cli.command_line import front
-from sinusoidal_encoder_training.cli.commands import COMMANDS
+from sinusoidal_encoder_training.cli.command_line import UsageError, front
+from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
 class Command:
     """A console script (`console.py`): calling it parses the flags (`argv`, `sys.argv[1:]` by default) into
     `config_class` (`--help`, and a bad value's one line, come before any library that does the work is imported),
-    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front."""
+    then imports `sinusoidal_encoder_training.MODULE` and calls its `run(config)`, behind the front. A command that
+    is not `launched` (its entry) stops first, in one line, under a launch of several processes."""
 
+    name: str
     module: str
     config_class: type[FlagConfig]
+    launched: bool = False
 
     def __call__(self, argv: list[str] | None = None) -> None:
         with front():
+            processes = int(os.environ.get("WORLD_SIZE") or 1)  # what accelerate launch and torchrun set
+            if processes > 1 and not self.launched:
+                raise UsageError(
+                    f"{self.name} runs as one process, and this launch started {processes}: run it without "
+                    f"accelerate launch ({SCRIPT_PREFIX}{self.name} ..., or its script in training/).",
+                    shared=True,
+                )
             config = parse_config(self.config_class, argv)
             importlib.import_module(f"sinusoidal_encoder_training.{self.module}").run(config)
 
@@ -33,7 +44,7 @@ class Command:
 def command(name: str) -> Command:
     """The command `name` of `commands.COMMANDS` (`fill-mask`, or `fill_mask`)."""
     entry = COMMANDS[name.replace("_", "-")]
-    return Command(entry.module, entry.config)
+    return Command(entry.name, entry.module, entry.config, entry.launched)
 
 
 def __getattr__(name: str) -> Command:

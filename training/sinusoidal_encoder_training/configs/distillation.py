@@ -108,13 +108,6 @@ class DistillationConfig(DataConfig, LanguageConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        processes = int(os.environ.get("WORLD_SIZE") or 1)  # what accelerate launch and torchrun set
-        if processes > 1:  # each would claim the folder, encode the sentences and save the model: they collided
-            raise UsageError(
-                f"distillation runs as one process, and this launch started {processes}: run it without accelerate "
-                "launch (python training/distill.py ..., or sinusoidal-encoder-distill); on a GPU machine it uses "
-                "one GPU."
-            )
         check_seeds(self, "seed")
         check_positive(
             self,

@@ -128,4 +128,5 @@ COMMAND = CommandEntry(
     EvaluationConfig,
     "score a model folder on a dataset: a pretrained one at several lengths, a fine-tuned one by its task",
     ("training",),
+    launched=True,
 )

@@ -183,4 +183,6 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
         return self.baselines or (self.builtin and importlib.util.find_spec("sklearn") is not None)
 
 
-COMMAND = CommandEntry("finetune", "stages.finetuning", FinetuningConfig, "fine-tune a model on a task", ("training",))
+COMMAND = CommandEntry(
+    "finetune", "stages.finetuning", FinetuningConfig, "fine-tune a model on a task", ("training",), launched=True
+)

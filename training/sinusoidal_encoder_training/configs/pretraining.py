@@ -113,7 +113,12 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
 
 
 COMMAND = CommandEntry(
-    "pretrain", "stages.pretraining", PretrainingConfig, "pretrain a model by masked language modelling", ("training",)
+    "pretrain",
+    "stages.pretraining",
+    PretrainingConfig,
+    "pretrain a model by masked language modelling",
+    ("training",),
+    launched=True,
 )
 
 
