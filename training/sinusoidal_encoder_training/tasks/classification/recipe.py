@@ -73,20 +73,18 @@ def prepare(config: FinetuningConfig, raw: datasets.DatasetDict, tokenizer, mode
         counts = Counter(raw["train"][label_col])
         header.append("Training labels = " + ", ".join(f"{k}: {v}" for k, v in counts.most_common()))
 
-    def baselines(final: dict[str, float]) -> dict[str, float]:
+    def texts(split: str) -> list[str]:
         pair_col = config.text_pair_column_name  # a pair's words count too: both texts, joined
-        texts = {
-            split: [f"{a} {b}" for a, b in zip(raw[split][text_col], raw[split][pair_col], strict=True)]
-            if pair_col
-            else raw[split][text_col]
-            for split in ("train", "validation")
-        }
-        splits = [(texts[split], encoded[split]["labels"]) for split in ("train", "validation")]
+        if not pair_col:
+            return raw[split][text_col]
+        return [f"{a} {b}" for a, b in zip(raw[split][text_col], raw[split][pair_col], strict=True)]
+
+    def baselines(final: dict[str, float]) -> dict[str, float]:
+        splits = [(texts(split), encoded[split]["labels"]) for split in ("train", "validation")]
         scores, missing = run_baselines(*splits, num_labels)
         line = f"accuracy: model {final['eval_accuracy']:.4f}, majority class {scores['majority_accuracy']:.4f}"
-        if missing is None:
-            line += f", TF-IDF + logistic regression {scores['tfidf_logreg_accuracy']:.4f}"
-        print(line if missing is None else f"{line}; {missing}")
+        line += f"; {missing}" if missing else f", TF-IDF + logistic regression {scores['tfidf_logreg_accuracy']:.4f}"
+        print(line)
         return scores
 
     labels = "a real number" if problem == "regression" else ", ".join(label_names)
