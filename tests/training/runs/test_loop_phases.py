@@ -55,6 +55,12 @@ class TinyTask(loop.TrainingTask):
         return f"the tiny task's summary of {metrics['eval_loss']}"
 
 
+class WholeStepsTask(TinyTask):
+    """The tiny task trained in whole steps only, as pretraining is."""
+
+    every_example = False
+
+
 def examples(n_batches: int) -> list[dict[str, torch.Tensor]]:
     """The rows of `n_batches` micro-batches, in order: row i holds the ids of seed i."""
     rows = []
@@ -64,9 +70,11 @@ def examples(n_batches: int) -> list[dict[str, torch.Tensor]]:
     return rows
 
 
-def start(tmp_path, n_batches: int = 6, header=("Tiny header line",), **settings) -> tuple[loop.Run, object]:
-    """`start_run` of a tiny model (SGD) in `tmp_path/out` on `n_batches` micro-batches; `settings` go to the
-    config. Returns the run and its prepared training loader."""
+def start(
+    tmp_path, n_batches: int = 6, header=("Tiny header line",), task=TinyTask, **settings
+) -> tuple[loop.Run, object]:
+    """`start_run` of a tiny model (SGD) in `tmp_path/out` on `n_batches` micro-batches for a `task` of that class;
+    `settings` go to the config. Returns the run and its prepared training loader."""
     values = dict(
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=ROWS, max_train_steps=3, logging_steps=100
     )
@@ -76,7 +84,7 @@ def start(tmp_path, n_batches: int = 6, header=("Tiny header line",), **settings
     optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate)
     train_loader = torch.utils.data.DataLoader(examples(n_batches), batch_size=ROWS)
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    run = loop.start_run(accelerator, config, model, optimizer, train_loader, [], TinyTask(), list(header))
+    run = loop.start_run(accelerator, config, model, optimizer, train_loader, [], task(), list(header))
     return run, train_loader
 
 
@@ -92,25 +100,32 @@ def steps(run: loop.Run, train_loader, count: int) -> None:
 def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_path, capsys):
     run, _ = start(tmp_path, n_batches=5, max_train_steps=None, num_train_epochs=2, gradient_accumulation_steps=2)
     run.bar.close()
-    # 5 micro-batches hold 2 steps of 2: 4 steps in 2 epochs, 6% of them warming up (none)
-    assert run.plan == loop.StepPlan(max_train_steps=4, epochs=2, warmup=0)
+    # 5 micro-batches hold 2 steps of 2 and one of 1: 6 steps in 2 epochs, 6% of them warming up (none)
+    assert run.plan == loop.StepPlan(max_train_steps=6, epochs=2, warmup=0)
     assert vars(run.progress) == {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
     assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
     out = capsys.readouterr().out
     assert "***** Running training *****\n  Model = sinusoidal_encoder, " in out
     assert "\n  Tiny header line\n  Processes = 1, mixed precision = no\n" in out
-    assert "gradient accumulation = 2, global batch = 4\n  Optimizer steps = 4 (2 epoch(s)), warmup = 0\n" in out
+    assert "gradient accumulation = 2, global batch = 4\n  Optimizer steps = 6 (2 epoch(s)), warmup = 0\n" in out
     assert read_metrics(run.config.output_dir) == []
 
-    planned = loop.plan_steps(TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7), range(3), False)
-    assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
+    config = TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7)
+    for every_example in (True, False):
+        planned = loop.plan_steps(config, range(3), False, every_example)
+        assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
+    # whole steps only (pretraining): 5 micro-batches hold 2 steps of 2
+    whole = TrainingConfig(output_dir=".", num_train_epochs=2, gradient_accumulation_steps=2)
+    assert loop.plan_steps(whole, range(5), False, False) == loop.StepPlan(max_train_steps=4, epochs=2, warmup=0)
     three_batches = torch.utils.data.DataLoader(range(6), batch_size=2)
+    accumulating = TrainingConfig(output_dir=".", gradient_accumulation_steps=4, num_train_epochs=3)
+    assert loop.plan_steps(accumulating, three_batches, False, True) == loop.StepPlan(3, 3, 0)  # a step an epoch
     refusal = (
         "One epoch of 6 training examples holds 3 batch(es) of --per_device_train_batch_size=32 per process, "
         "fewer than one step's --gradient_accumulation_steps=4: lower the batch size."
     )
     with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
-        loop.plan_steps(TrainingConfig(output_dir=".", gradient_accumulation_steps=4), three_batches, False)
+        loop.plan_steps(accumulating, three_batches, False, False)
 
 
 def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_after_it(tmp_path, capsys):
@@ -131,26 +146,31 @@ def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_afte
     assert resumed.scheduler.get_last_lr() == pytest.approx([resumed.config.learning_rate / 2])  # 2 of 4 steps
 
 
-def test_step_windows_walk_the_epochs_from_where_the_run_stands(tmp_path, capsys):
-    run, train_loader = start(tmp_path, n_batches=5, max_train_steps=5, gradient_accumulation_steps=2)
+@pytest.mark.parametrize("task", [TinyTask, WholeStepsTask])
+def test_step_windows_walk_the_epochs_from_where_the_run_stands(tmp_path, capsys, task):
+    run, train_loader = start(tmp_path, n_batches=5, max_train_steps=5, gradient_accumulation_steps=2, task=task)
     run.bar.close()
     first_ids = [batch["input_ids"][0, 0].item() for batch in train_loader]  # the 5 micro-batches, in order
     drawn = []
     for _, batches in loop.step_windows(run, train_loader, streaming=False):
         drawn.append([batch["input_ids"][0, 0].item() for batch in batches])
         run.progress.completed_steps += 1  # what optimizer_step counts
-        run.progress.batches_in_epoch += 2
-    # 2 steps an epoch (the fifth micro-batch is no step), 5 steps: 3 epochs, each started with the task
-    assert drawn == [first_ids[:2], first_ids[2:4]] * 2 + [first_ids[:2]]
-    assert run.task.epochs == [0, 1, 2] and run.progress.epoch == 2
+        run.progress.batches_in_epoch += len(batches)
+    if task.every_example:  # 3 steps an epoch, the fifth micro-batch a step of its own: 5 steps in 2 epochs
+        epoch = [first_ids[:2], first_ids[2:4], first_ids[4:]]
+        assert drawn == epoch + epoch[:2]
+        assert run.task.epochs == [0, 1] and run.progress.epoch == 1
+    else:  # 2 steps an epoch (the fifth micro-batch is no step), 5 steps: 3 epochs, each started with the task
+        assert drawn == [first_ids[:2], first_ids[2:4]] * 2 + [first_ids[:2]]
+        assert run.task.epochs == [0, 1, 2] and run.progress.epoch == 2
 
     run.progress.completed_steps, run.progress.epoch, run.progress.batches_in_epoch = 1, 0, 2  # a resumed run
     started, batches = next(loop.step_windows(run, train_loader, streaming=False))
     assert [batch["input_ids"][0, 0].item() for batch in batches] == first_ids[2:4]
     assert started <= time.perf_counter()
 
-    run.progress.completed_steps, run.progress.batches_in_epoch = 0, 0  # a stream of 2 steps, set for 5
-    assert len(list(loop.step_windows(run, train_loader, streaming=True))) == 2
+    run.progress.completed_steps, run.progress.batches_in_epoch = 0, 0  # a stream of 2 or 3 steps, set for 5
+    assert len(list(loop.step_windows(run, train_loader, streaming=True))) == (3 if task.every_example else 2)
     assert "The stream ended after 0 steps, before --max_train_steps." in capsys.readouterr().out
 
 
@@ -174,6 +194,31 @@ def test_optimizer_step_is_one_step_of_the_mean_over_every_micro_batch(tmp_path)
     assert run.window.loss.item() == pytest.approx(loss.item() * units)  # summed over the units
     assert (run.window.units.item(), run.window.tokens.item(), run.pending_tokens.item()) == (units, 32, 32)
     assert run.progress.tokens_seen == 0  # the device is read at a logging, evaluation or checkpoint step only
+    run.bar.close()
+
+
+def test_an_epochs_last_window_of_fewer_micro_batches_is_one_step_of_their_mean(tmp_path):
+    """3 micro-batches an epoch, 2 a step: the epoch's third is a step of its own, of the mean over its units alone,
+    and the next epoch's first step is again of 2 (accelerate's count of micro-batches is set to each window)."""
+    run, train_loader = start(
+        tmp_path, n_batches=3, max_train_steps=3, gradient_accumulation_steps=2, max_grad_norm=0.0
+    )
+    model = run.accelerator.unwrap_model(run.model)
+    windows = loop.step_windows(run, train_loader, streaming=False)
+    for expected in [2, 1, 2]:  # the two windows of epoch 0, the first of epoch 1
+        _, batches = next(windows)
+        assert len(batches) == expected
+        reference = copy.deepcopy(model)
+        reference.zero_grad()
+        units = sum(int((batch["labels"] != -100).sum()) for batch in batches)
+        sum(reference(**batch, num_items_in_batch=units).loss for batch in batches).backward()
+        rate = run.scheduler.get_last_lr()[0]
+        loop.optimizer_step(run, batches)
+        for parameter, before in zip(model.parameters(), reference.parameters(), strict=True):
+            assert parameter.grad is None or not parameter.grad.any()  # the step was taken: gradients zeroed
+            torch.testing.assert_close(parameter.detach(), before.detach() - rate * before.grad)
+    assert (run.progress.completed_steps, run.progress.epoch, run.progress.batches_in_epoch) == (3, 1, 2)
+    assert run.scheduler.get_last_lr() == pytest.approx([0.0])  # 3 of 3 steps
     run.bar.close()
 
 

@@ -250,8 +250,8 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
 def test_resume_continues_exactly(tmp_path, pretrained):
     """A resumed run ends with the uninterrupted run's weights, both reading through two DataLoader workers kept
     from one epoch to the next: the order of every epoch is the same whether its iterator is the workers' first or
-    not (a resume's is new)."""
-    rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 4)]
+    not (a resume's is new). 5 batches in steps of 2: each epoch ends in a step of one batch, the checkpoint's."""
+    rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 5)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
     common = dict(
         model_name_or_path=pretrained,
@@ -380,13 +380,16 @@ def test_a_small_draw_of_training_examples_keeps_the_labels_of_the_whole_split(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("rows", "batch", "epochs", "steps"), [(5, 2, 2, 6), (3, 32, 1, 1)])
+@pytest.mark.parametrize(
+    ("rows", "batch", "accumulation", "epochs", "steps"), [(5, 2, 1, 2, 6), (3, 32, 1, 1, 1), (5, 2, 2, 2, 4)]
+)
 def test_every_training_example_is_trained_on_in_every_epoch(
-    tmp_path, pretrained, tokenizer, rows, batch, epochs, steps
+    tmp_path, pretrained, tokenizer, rows, batch, accumulation, epochs, steps
 ):
     """The last, smaller batch of an epoch is a step of its own, as with transformers' Trainer: 5 rows in batches
     of 2 are 3 steps an epoch, every row's tokens counted each epoch; 3 rows with the default batch of 32 are one
-    step (they were refused: "holds 0 full batch(es)")."""
+    step (they were refused: "holds 0 full batch(es)"). So are an epoch's last batches fewer than a step's
+    `--gradient_accumulation_steps`: 3 batches in steps of 2 are 2 steps an epoch (the third batch was left out)."""
     labelled = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES)]
     config = finetuning.FinetuningConfig(
         model_name_or_path=pretrained,
@@ -394,6 +397,7 @@ def test_every_training_example_is_trained_on_in_every_epoch(
         validation_file=write_jsonl(tmp_path / "v.jsonl", labelled),
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
         num_train_epochs=epochs,
         max_length=48,
     )

@@ -97,6 +97,11 @@ class TrainingTask:
         every process, divided by their number. A scalar on the batch's device."""
         raise NotImplementedError
 
+    # every example trained on in every epoch, as transformers' Trainer does: an epoch's last micro-batches, fewer
+    # than a step's, are a step of their own (fine-tuning). False: whole steps only (pretraining, whose loader also
+    # drops an epoch's last partial batch)
+    every_example = True
+
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
         raise NotImplementedError
 
@@ -170,9 +175,12 @@ class StepPlan:
     warmup: int
 
 
-def plan_steps(config: TrainingConfig, train_loader, streaming: bool) -> StepPlan:
-    """The run's `StepPlan`; a `UsageError` when one epoch holds fewer batches than a step needs."""
-    steps_per_epoch = None if streaming else len(train_loader) // config.gradient_accumulation_steps
+def plan_steps(config: TrainingConfig, train_loader, streaming: bool, every_example: bool) -> StepPlan:
+    """The run's `StepPlan`: an epoch's steps count its last micro-batches, fewer than a step's, as one if
+    `every_example` (`TrainingTask.every_example`); else a `UsageError` when one epoch holds fewer batches than a step
+    needs."""
+    windows = divmod(len(train_loader), config.gradient_accumulation_steps) if not streaming else None
+    steps_per_epoch = None if windows is None else windows[0] + int(every_example and windows[1] > 0)
     if steps_per_epoch == 0:
         raise UsageError(
             f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} batch(es) "
@@ -264,7 +272,7 @@ def start_run(
     `--resume_from_checkpoint` names), the trackers, metrics.jsonl (a resumed run's lines after its checkpoint
     dropped), the run's header, the check of the disk's free space and the progress bar; the model in training
     mode."""
-    plan = plan_steps(config, train_loader, streaming)
+    plan = plan_steps(config, train_loader, streaming, task.every_example)
     scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     parameters = accelerator.unwrap_model(model).num_parameters()
     if config.overwrite_output_dir:  # the last checks of the run's input passed: only now is the folder emptied
@@ -324,8 +332,9 @@ def print_header(accelerator: Accelerator, config: TrainingConfig, model, header
 def step_windows(run: Run, train_loader, streaming: bool):
     """The micro-batches of each step to come (`gradient_accumulation_steps` of them, a list), with the time their
     drawing began, epoch after epoch from where the run stands (a resumed epoch skips the micro-batches it consumed)
-    until `max_train_steps`. Each epoch starts with `task.start_epoch`; a partial window at its end is no step; a
-    stream that ends before `max_train_steps` ends the run, with a line. The caller counts the steps."""
+    until `max_train_steps`. Each epoch starts with `task.start_epoch`; a partial window at its end is a step if
+    `task.every_example`, else none; a stream that ends before `max_train_steps` ends the run, with a line. The caller
+    counts the steps."""
     accelerator, config, progress = run.accelerator, run.config, run.progress
     while progress.completed_steps < run.plan.max_train_steps:
         run.task.start_epoch(progress.epoch)
@@ -336,7 +345,7 @@ def step_windows(run: Run, train_loader, streaming: bool):
         while progress.completed_steps < run.plan.max_train_steps:
             started = time.perf_counter()
             window = list(islice(batches, config.gradient_accumulation_steps))
-            if len(window) < config.gradient_accumulation_steps:
+            if not window or (len(window) < config.gradient_accumulation_steps and not run.task.every_example):
                 break
             yield started, window
         if progress.completed_steps >= run.plan.max_train_steps:
@@ -351,7 +360,8 @@ def step_windows(run: Run, train_loader, streaming: bool):
 def optimizer_step(run: Run, batches: list[dict[str, torch.Tensor]]) -> None:
     """One optimizer step over its micro-batches: each one's loss is its sum over the loss units of the whole
     global batch (every micro-batch of every process, `step_reduction`) divided by their number, so its gradient is
-    that of the step's mean; gradients clipped to `--max_grad_norm` before the optimizer and the scheduler step.
+    that of the step's mean; gradients clipped to `--max_grad_norm` before the optimizer and the scheduler step. An
+    epoch's last window may hold fewer micro-batches than `gradient_accumulation_steps`: its last one steps.
     Under CUDA graphs each forward starts a graph step, and the first micro-batch's gradients are kept out of the
     graphs' memory. The step's loss, units and tokens are added up on the device and the step is counted."""
     accelerator, config, model, window = run.accelerator, run.config, run.model, run.window
@@ -361,6 +371,9 @@ def optimizer_step(run: Run, batches: list[dict[str, torch.Tensor]]) -> None:
     scale = run.world * config.gradient_accumulation_steps
     items = units.clamp(min=1.0).float()  # a tensor: no recompiles, no read
     cuda_graphs = uses_cuda_graphs(config)
+    # accelerate syncs (and steps) at the micro-batch that brings its count to a multiple of the accumulation
+    # steps: counted from here, the window's last, however many it holds
+    accelerator.step = config.gradient_accumulation_steps - len(batches)
     for index, batch in enumerate(batches):
         with accelerator.accumulate(model):
             if cuda_graphs:
@@ -380,7 +393,7 @@ def optimizer_step(run: Run, batches: list[dict[str, torch.Tensor]]) -> None:
     window.tokens += tokens
     run.pending_tokens += tokens
     run.progress.completed_steps += 1
-    run.progress.batches_in_epoch += config.gradient_accumulation_steps
+    run.progress.batches_in_epoch += len(batches)
     run.bar.update(1)
 
 

@@ -185,6 +185,8 @@ class MaskedLMTask(TrainingTask):
     tokens divided by `num_items_in_batch` (transformers' convention, which `SinusoidalEncoderForMaskedLM` follows)."""
 
     name = "pretraining"
+    # every step's batches whole: blocks of a corpus are many, and a step of a few blocks would weigh as much
+    every_example = False
 
     def __init__(
         self,
@@ -313,7 +315,6 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             if streaming
             else EpochTaggedSampler(torch.utils.data.RandomSampler(train_set, generator=train_generator))
         )
-        # every step's batches whole: blocks of a corpus are many, and a step of a few blocks would weigh as much
         train_loader, eval_loader = make_loaders(
             config,
             train_set,
@@ -322,7 +323,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             train_masking,
             eval_masking,
             train_sampler=order,
-            drop_last=True,
+            drop_last=not MaskedLMTask.every_example,
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
