@@ -297,20 +297,50 @@ def test_setup_on_another_python_says_it_installs_the_latest_releases(tmp_path):
     )
 
 
+HELD_OUT = "validated on 5% of the training split held out (seed 42)"
+
+
 @pytest.mark.parametrize(
-    ("data", "described", "dataset_id", "language"),
+    ("data", "split", "described", "dataset_id", "language"),
     [
-        ({}, None, None, ["en"]),  # the built-in corpus (its own text: pretraining.BUILTIN_CORPUS)
-        ({"language": "de,fr"}, None, None, ["de", "fr"]),
-        ({"dataset_name": "wikitext", "dataset_config_name": "wikitext-2-raw-v1"}, "`wikitext`", "wikitext", None),
-        ({"train_file": "TRAIN"}, "local files: `train.txt` (training, with a part held out", None, None),
-        ({"train_file": "TRAIN", "validation_file": "VALID"}, "`train.txt` (training) and `dev.txt`", None, None),
-        ({"dataset_name": "LOCAL"}, "a local dataset, `my_data`", None, None),
+        ({}, "validation", None, None, ["en"]),  # the built-in corpus (its own text: pretraining.BUILTIN_CORPUS)
+        ({"language": "de,fr"}, "validation", None, None, ["de", "fr"]),
+        (
+            {"dataset_name": "wikitext", "dataset_config_name": "wikitext-2-raw-v1"},
+            "validation",
+            "(https://huggingface.co/datasets/wikitext) (configuration `wikitext-2-raw-v1`); validated on its "
+            "`validation` split",
+            "wikitext",
+            None,
+        ),
+        ({"train_file": "TRAIN"}, None, f"local files: `train.txt` (training; {HELD_OUT})", None, None),
+        (
+            {"train_file": "TRAIN", "validation_file": "VALID"},
+            "validation",
+            "`train.txt` (training) and `dev.txt`",
+            None,
+            None,
+        ),
+        ({"dataset_name": "LOCAL"}, None, f"a local dataset, `my_data`; {HELD_OUT}", None, None),
+        (
+            {"dataset_name": "LOCAL", "validation_split_name": "test"},
+            "test",
+            "`my_data`; validated on its `test` split",
+            None,
+            None,
+        ),
+        (
+            {"dataset_name": "LOCAL", "streaming": True, "max_train_steps": 10},
+            None,
+            "`my_data`; validated on the first 1,000 documents of the training stream, held out",
+            None,
+            None,
+        ),
     ],
 )
-def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, described, dataset_id, language):
-    """Hub datasets by id (and in `datasets:`), local data by name, never by a path of this machine; `language:`
-    only where it is known."""
+def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, split, described, dataset_id, language):
+    """Hub datasets by id (and in `datasets:`), local data by name, never by a path of this machine, with what it
+    was validated on; `language:` only where it is known."""
     (tmp_path / "prepared" / "wikitext").mkdir(parents=True)  # as if prepared by datasets before: found offline
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "prepared"))
     paths = {"TRAIN": tmp_path / "train.txt", "VALID": tmp_path / "dev.txt", "LOCAL": tmp_path / "my_data"}
@@ -319,7 +349,7 @@ def test_the_card_names_the_data_as_it_is(tmp_path, monkeypatch, data, described
     data = {key: str(paths.get(value, value)) if value in paths else value for key, value in data.items()}
     config = pretraining.PretrainingConfig(output_dir=str(tmp_path / "out"), **data)
     if described is not None:
-        assert described in describe_data(config) and str(tmp_path) not in describe_data(config)
+        assert described in describe_data(config, split) and str(tmp_path) not in describe_data(config, split)
     assert hub_dataset_id(config) == dataset_id and card_language(config) == language
 
 

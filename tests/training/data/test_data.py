@@ -27,6 +27,7 @@ from sinusoidal_encoder_training.data.pipeline import (
     pack_blocks,
     tokenize_and_pack,
     tokenize_documents,
+    validation_split,
 )
 
 SEED = 42  # the seed of a validation split drawn from the training data
@@ -163,27 +164,34 @@ def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
     (folder / "data" / "train.jsonl").rename(folder / "data" / "train-00000.jsonl")
     _write(folder / "val", "jsonl", ROWS[:5])
     (folder / "val" / "train.jsonl").rename(folder / "data" / "validation-00000.jsonl")
-    raw = load_raw_datasets(data_config(dataset_name=str(folder), text_column_name="body"), SEED)
+    config = data_config(dataset_name=str(folder), text_column_name="body")
+    raw = load_raw_datasets(config, SEED)
     assert len(raw["train"]) == 60 and len(raw["validation"]) == 5
+    assert validation_split(config, raw["validation"]) == "validation"
 
 
 @pytest.mark.parametrize("streaming", [False, True])
 def test_the_validation_split_of_a_dataset_by_name_can_be_named(tmp_path, streaming):
     """A dataset of train and test splits (IMDb's kind): by default a share of train is held out and test is not
     read; --validation_split_name test validates on test, whole; a split the dataset lacks is one line naming those
-    it has."""
+    it has. `validation_split` says which split was read, after tokenisation too: none for a share held out."""
     folder = tmp_path / "my_dataset"
     _write(folder / "data", "jsonl", ROWS)
     (folder / "data" / "train.jsonl").rename(folder / "data" / "train-00000.jsonl")
     _write(folder / "other", "jsonl", ROWS[:7])
     (folder / "other" / "train.jsonl").rename(folder / "data" / "test-00000.jsonl")
-    config = data_config(dataset_name=str(folder), text_column_name="body", streaming=streaming)
-    if not streaming:
-        held_out = load_raw_datasets(config, SEED)
-        assert (len(held_out["train"]), len(held_out["validation"])) == (57, 3)
-    named = load_raw_datasets(dataclasses.replace(config, validation_split_name="test"), SEED)
+    config = data_config(
+        dataset_name=str(folder), text_column_name="body", streaming=streaming, streaming_validation_examples=3
+    )
+    held_out = load_raw_datasets(config, SEED)
+    assert [len(list(held_out[split])) for split in ("train", "validation")] == [57, 3]
+    tokenized = held_out["validation"].map(lambda row: {"length": len(row["body"])})
+    assert validation_split(config, held_out["validation"]) is None and validation_split(config, tokenized) is None
+    named_config = dataclasses.replace(config, validation_split_name="test")
+    named = load_raw_datasets(named_config, SEED)
     assert [row["body"] for row in named["validation"]] == [row["body"] for row in ROWS[:7]]
     assert len(list(named["train"])) == 60
+    assert validation_split(named_config, named["validation"]) == "test"
     missing = r"^--dataset_name '.*my_dataset' has no split 'valid' \(it has \['train', 'test'\]\): name one of them "
     with pytest.raises(UsageError, match=missing):
         load_raw_datasets(dataclasses.replace(config, validation_split_name="valid"), SEED)
@@ -282,7 +290,9 @@ def test_a_stream_too_short_to_run_on_is_one_line_before_training(tmp_path, toke
 
 def test_streaming_without_validation_holds_out_the_first_documents(tmp_path):
     train, _ = write_text_corpus(tmp_path)
-    raw = load_raw_datasets(data_config(train_file=str(train), streaming=True, streaming_validation_examples=5), SEED)
+    config = data_config(train_file=str(train), streaming=True, streaming_validation_examples=5)
+    raw = load_raw_datasets(config, SEED)
+    assert validation_split(config, raw["validation"]) is None  # held out
     texts = [row["text"] for row in raw["validation"]]
     assert len(texts) == 5
     assert next(iter(raw["train"]))["text"] == train.read_text().splitlines()[5]

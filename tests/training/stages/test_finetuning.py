@@ -408,24 +408,36 @@ def test_every_training_example_is_trained_on_in_every_epoch(
 
 
 @pytest.mark.slow
-def test_a_named_validation_split_is_the_one_the_card_names(tmp_path, pretrained):
-    """A dataset of train and test only, validated on test (`--validation_split_name`): the model-index names the
-    split its results were measured on, as the Hub shows them."""
+@pytest.mark.parametrize(
+    ("other_split", "named", "split", "said"),
+    [
+        ("test", "test", "test", "validated on its `test` split"),
+        ("validation", None, "validation", "validated on its `validation` split"),
+        ("test", None, None, "validated on 5% of the training split held out (seed 42)"),
+    ],
+)
+def test_the_card_names_the_split_the_results_were_measured_on(tmp_path, pretrained, other_split, named, split, said):
+    """The model-index names the split of the dataset its results were measured on, as the Hub shows them, and the
+    card's text says it: a named one (`--validation_split_name`), the dataset's own validation split, or none for a
+    share of the training split held out (a dataset of train and test only, which the model-index said was
+    validated on a split named "validation")."""
     data = tmp_path / "reviews" / "data"
     data.mkdir(parents=True)
-    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 3)]
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 5)]
     write_jsonl(data / "train-00000.jsonl", rows)
-    write_jsonl(data / "test-00000.jsonl", rows[:5])
+    write_jsonl(data / f"{other_split}-00000.jsonl", rows[:5])
     out = tmp_path / "out"
     run_finetune(
         model_name_or_path=pretrained,
         dataset_name=str(tmp_path / "reviews"),
-        validation_split_name="test",
+        validation_split_name=named,
         output_dir=str(out),
         max_train_steps=1,
     )
-    front = yaml.safe_load((out / "README.md").read_text().split("---")[1])
-    assert front["model-index"][0]["results"][0]["dataset"]["split"] == "test"
+    card = (out / "README.md").read_text()
+    front = yaml.safe_load(card.split("---")[1])
+    assert front["model-index"][0]["results"][0]["dataset"].get("split") == split
+    assert f"a local dataset, `reviews`; {said}" in card
 
 
 def test_baselines_are_scored_over_the_runs_labels_and_say_what_they_cannot_score():

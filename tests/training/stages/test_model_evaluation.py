@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,18 @@ def test_a_file_alone_is_scored_whole_and_every_score_says_what_it_scored(
             f"scoring 3 examples: drawn at random by --max_eval_samples from the whole of {validation!r}",
         ),
     }
+    for other in ("validation", "test"):  # a dataset with a validation split, and one of train and test only
+        folder = tmp_path / f"with-{other}" / "data"
+        folder.mkdir(parents=True)
+        shutil.copy(train, folder / "train-00000.jsonl")
+        shutil.copy(validation, folder / f"{other}-00000.jsonl")
+        cases[f"a dataset with {other}"] = (
+            ["--dataset_name", str(folder.parent)],
+            f"scoring {rows} examples: the 'validation' split of --dataset_name {str(folder.parent)!r}"
+            if other == "validation"
+            else f"examples: the 5% of the training split of --dataset_name {str(folder.parent)!r} that a fine-tuning "
+            "run on it holds out for validation (seed 42; it has no 'validation' split)",
+        )
     scores, read = {}, []
     load_dataset = pipeline.datasets.load_dataset
 

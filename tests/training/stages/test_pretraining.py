@@ -354,8 +354,9 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, c
     card = (out / "README.md").read_text()
     front = yaml.safe_load(card.split("---")[1])
     assert front["library_name"] == "transformers" and front["pipeline_tag"] == "fill-mask"
-    result = front["model-index"][0]["results"][0]["metrics"]
-    assert {m["type"] for m in result} == {"loss", "perplexity", "unigram_baseline_loss", "order_gap"}
+    result = front["model-index"][0]["results"][0]
+    assert {m["type"] for m in result["metrics"]} == {"loss", "perplexity", "unigram_baseline_loss", "order_gap"}
+    assert result["dataset"]["split"] == "validation"  # the run's validation file
     assert f"{evals[-1]['eval_order_gap']:.4f}" in card and "unigram baseline" in card
     assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
     assert "trust_remote_code=True" in card

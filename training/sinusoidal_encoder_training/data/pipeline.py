@@ -76,6 +76,20 @@ def load_raw_datasets(
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
 
 
+def validation_split(config: DataConfig, validation: datasets.Dataset | datasets.IterableDataset) -> str | None:
+    """The split of the run's data that its "validation" split (`load_raw_datasets`', or what tokenisation made of
+    it) is: the one --validation_split_name names, the dataset's own "validation", "validation" for a validation
+    file and the built-in corpus, "train" for a file read as both; None for a share of the training split held out
+    (datasets keeps a split's name through `train_test_split`, `take`, `select` and `map`)."""
+    if config.validation_file:
+        return "train" if config.validation_file == config.train_file else "validation"
+    if config.dataset_name is None and config.train_file is None:
+        return "validation"
+    if config.validation_split_name:
+        return config.validation_split_name
+    return None if str(validation.split) == "train" else str(validation.split)
+
+
 def load_failure(config: DataConfig, error: Exception) -> str:
     """The line for `datasets.load_dataset` failing on the run's data: the error, and the one that caused it when
     `datasets` wraps it (`DatasetGenerationError: An error occurred while generating the dataset` says nothing),

@@ -82,9 +82,15 @@ def write_sentence_transformers_files(folder: str, config) -> None:
         write_json(os.path.join(folder, name), content)
 
 
-def describe_data(config: DataConfig) -> str:
+def describe_data(config: DataConfig, validation_split: str | None) -> str:
     """The training data of a run as the model card states it: a Hub dataset by its id, local files or folders by
-    their names (never a path of the machine that trained)."""
+    their names (never a path of the machine that trained), and what it was validated on (`validation_split`, the
+    split of the data: None for a share of the training split held out)."""
+    held_out = (
+        f"the first {config.streaming_validation_examples:,} documents of the training stream, held out"
+        if config.streaming
+        else f"{config.validation_split_percentage}% of the training split held out (seed {config.seed})"
+    )
     if config.dataset_name:
         hub_id = hub_dataset_id(config)
         source = (
@@ -92,11 +98,13 @@ def describe_data(config: DataConfig) -> str:
             if hub_id
             else f"a local dataset, `{data_label(config)}`"
         )
-        return source + (f" (configuration `{config.dataset_config_name}`)" if config.dataset_config_name else "")
+        if config.dataset_config_name:
+            source += f" (configuration `{config.dataset_config_name}`)"
+        return source + "; validated on " + (f"its `{validation_split}` split" if validation_split else held_out)
     files = f"local files: `{os.path.basename(config.train_file)}` (training"
     if config.validation_file:
         return files + f") and `{os.path.basename(config.validation_file)}` (validation)"
-    return files + ", with a part held out for validation)"
+    return files + f"; validated on {held_out})"
 
 
 def data_label(config: DataConfig) -> str:
@@ -186,7 +194,6 @@ def export_model(
             pictures=pictures or {},
             pipeline_tag=pipeline_tag,
             dataset_id=hub_dataset_id(config),
-            dataset_split=config.validation_split_name or "validation",
             language=card_language(config),
             data_note=None if config.dataset_name or config.train_file else BUILTIN_DATA_NOTE,
             model_id=config.hub_model_id,

@@ -63,8 +63,9 @@ class TrainingResult:
 @dataclasses.dataclass(frozen=True)
 class StageResult:
     """What a stage (`pretrain()`, `finetune()`) returns: the accelerator, the prepared model, the tokenizer, the
-    final progress and evaluation, and the number of optimizer steps the run was set for (derived from the epochs
-    without `--max_train_steps`)."""
+    final progress and evaluation, the number of optimizer steps the run was set for (derived from the epochs
+    without `--max_train_steps`), and the split of the data it was evaluated on (`data.pipeline.validation_split`:
+    None for a share of the training split held out)."""
 
     accelerator: Accelerator
     model: torch.nn.Module
@@ -72,6 +73,7 @@ class StageResult:
     progress: TrainingProgress
     metrics: dict[str, float]
     max_train_steps: int
+    validation_split: str | None
 
 
 def on_device(value: float, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -37,7 +37,7 @@ from sinusoidal_encoder_training.runs.accelerator import main_process_first, new
 from sinusoidal_encoder_training.runs.atomic import temporary_path
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.metrics_log import format_metrics, write_json
-from sinusoidal_encoder_training.stages.finetuning import evaluate_finetuned, validation_source
+from sinusoidal_encoder_training.stages.finetuning import evaluate_finetuned
 from sinusoidal_encoder_training.tasks.registry import FINETUNED, task_of_architecture
 
 # the fields of a fine-tuning run's configuration that the evaluate command sets (those it shares with it)
@@ -134,6 +134,12 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     """A masked-LM folder's metrics at each length of --max_seq_length (`evaluate_masked_lm`), or a fine-tuned
     folder's task metrics (`finetuning.evaluate_finetuned`), summed over every process of `accelerator` (a new one by
     default, which reads accelerate's launch settings: devices, mixed precision)."""
+    return score_folder(config, accelerator)[0]
+
+
+def score_folder(config: EvaluationConfig, accelerator: Accelerator | None = None) -> tuple[dict, str | None]:
+    """`evaluate_model`'s results, with the examples a fine-tuned folder's were scored on, in words (None for a
+    masked-LM folder's: its data is named by the flags)."""
     accelerator = accelerator or new_accelerator()
     task = folder_task(config)
     if task is None:
@@ -143,10 +149,10 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
                 "training split: pass the run's --train_file with --validation_file (--validation_file alone scores "
                 "fine-tuned folders)."
             )
-        return evaluate_masked_lm(config, accelerator)
-    metrics = evaluate_finetuned(finetuning_config(config, task), accelerator)
+        return evaluate_masked_lm(config, accelerator), None
+    metrics, scored = evaluate_finetuned(finetuning_config(config, task), accelerator)
     accelerator.print(f"{task}: {format_metrics(metrics)}")
-    return metrics
+    return metrics, scored
 
 
 def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> dict[int, dict[str, float]]:
@@ -174,18 +180,19 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
     return results
 
 
-def write_results(path: str, config: EvaluationConfig, results: dict) -> None:
-    """The results as JSON (a masked-LM folder's by length), with what was evaluated (the data scored, as the command
-    says it; the masking of a masked-LM folder's); written whole or not at all."""
+def write_results(path: str, config: EvaluationConfig, results: dict, scored: str | None) -> None:
+    """The results as JSON (a masked-LM folder's by length), with what was evaluated (a fine-tuned folder's
+    examples `scored`, as the command says it; a masked-LM folder's data and masking); written whole or not at
+    all."""
     task = folder_task(config)
     report: dict[str, Any] = {"model": config.model, "task": task or "fill-mask"}
-    if task is None:
+    if scored is None:
         report["data"] = config.dataset_name or config.train_file or "the built-in corpus"
         if config.validation_file:
             report["validation_file"] = config.validation_file
         report["mlm_probability"] = config.mlm_probability
     else:
-        report["data"] = validation_source(finetuning_config(config, task))
+        report["data"] = scored
     if config.max_eval_samples is not None:
         report["max_eval_samples"] = config.max_eval_samples  # at most so many, drawn at random
     report["seed"] = config.seed
@@ -199,9 +206,9 @@ def run(config: EvaluationConfig) -> dict:
     """The command: evaluate, print the results, and write --output_file (`sinusoidal-encoder-evaluate`,
     `python -m sinusoidal_encoder_training evaluate`, once `console.py` has parsed the flags)."""
     accelerator = new_accelerator()
-    results = evaluate_model(config, accelerator)
+    results, scored = score_folder(config, accelerator)
     if config.output_file is not None and accelerator.is_main_process:
-        write_results(config.output_file, config, results)
+        write_results(config.output_file, config, results, scored)
         print(f"results written to {config.output_file}")
     return results
 

@@ -44,7 +44,7 @@ from sinusoidal_encoder_training.cli.command_line import (
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
 from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
-from sinusoidal_encoder_training.data.pipeline import load_raw_datasets
+from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, validation_split
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
 from sinusoidal_encoder_training.publishing.hub import check_hub_access
 from sinusoidal_encoder_training.runs.accelerator import (
@@ -98,21 +98,22 @@ def load_task_data(config: FinetuningConfig) -> datasets.DatasetDict:
     return raw
 
 
-def validation_source(config: FinetuningConfig) -> str:
-    """Where the validation split of `load_task_data` comes from, in words."""
+def validation_source(config: FinetuningConfig, split: str | None) -> str:
+    """Where the validation split of `load_task_data` comes from, in words; `split` is the split of the data it is
+    (`data.pipeline.validation_split`: None for a share of the training split held out)."""
     if config.builtin:
         return "the validation passages of the built-in task"
     if config.validation_file:
         if config.validation_file == config.train_file:
             return f"the whole of {config.validation_file!r}"
         return f"--validation_file {config.validation_file!r}"
+    if split is not None:
+        return f"the {split!r} split of --dataset_name {config.dataset_name!r}"
     share, seed = config.validation_split_percentage, config.seed
-    if config.validation_split_name:
-        return f"the {config.validation_split_name!r} split of --dataset_name {config.dataset_name!r}"
     if config.dataset_name:
         return (
-            f"the validation split of --dataset_name {config.dataset_name!r} (without one: the {share}% of its "
-            f"training split held out, seed {seed})"
+            f"the {share}% of the training split of --dataset_name {config.dataset_name!r} that a fine-tuning run on "
+            f"it holds out for validation (seed {seed}; it has no 'validation' split)"
         )
     return (
         f"the {share}% of --train_file {config.train_file!r} that a fine-tuning run on it holds out for validation "
@@ -260,7 +261,7 @@ def finetune(
             accelerator.print("no baselines: they need scikit-learn (the 'baselines' extra)")
         recipe = importlib.import_module(TASKS[config.task].recipe)
         folder_config = copy.deepcopy(model_config)  # the folder's head, before the recipe sets the run's labels
-        _, prepared = main_process_first(
+        raw, prepared = main_process_first(
             accelerator, lambda: read_and_prepare(config, recipe, tokenizer, model_config)
         )
         plan = plan_head(config, folder_config, *run_labels(config, model_config))
@@ -290,15 +291,24 @@ def finetune(
             baselines = optional_step("score the baselines", prepared.extra_scores, final) or {}
             final.update(baselines)
         return FinetuningResult(
-            accelerator, model, tokenizer, trained.progress, final, trained.max_train_steps, prepared, baselines
+            accelerator,
+            model,
+            tokenizer,
+            trained.progress,
+            final,
+            trained.max_train_steps,
+            validation_split(config, raw["validation"]),
+            prepared,
+            baselines,
         )
 
 
-def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> dict[str, float]:
+def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> tuple[dict[str, float], str]:
     """The final evaluation of a fine-tuning run, without the training: the head of --model_name_or_path (trained for
     --task) scored on the validation split of the run's data, prepared by the task's recipe as fine-tuning prepares
-    it, summed over the processes of `accelerator`. Data with a label the head lacks is refused in one line
-    (`plan_head`; data with some of its labels only is scored by the whole head); no folder is written."""
+    it, summed over the processes of `accelerator`; with the examples scored, in words (as printed). Data with a
+    label the head lacks is refused in one line (`plan_head`; data with some of its labels only is scored by the
+    whole head); no folder is written."""
     model_config = load_model_config(config)
     tokenizer = load_tokenizer(config, model_config)
     recipe = importlib.import_module(TASKS[config.task].recipe)
@@ -313,7 +323,7 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
         raise UsageError(f"{error.what}: give data with the head's labels.") from error
     if plan.fresh:  # a head of another task: never scored
         raise UsageError(f"{config.model_flag} {config.model_name_or_path!r} has no trained {config.task} head.")
-    count, source = len(raw["validation"]), validation_source(config)
+    count, source = len(raw["validation"]), validation_source(config, validation_split(config, raw["validation"]))
     if count == config.max_eval_samples:
         source = f"drawn at random by --max_eval_samples from {source}"
     accelerator.print(f"scoring {count:,} example{'s' * (count != 1)}: {source}")
@@ -322,7 +332,7 @@ def evaluate_finetuned(config: FinetuningConfig, accelerator: Accelerator) -> di
         prepared.validation, batch_size=config.per_device_eval_batch_size, collate_fn=prepared.collate
     )
     model, loader = accelerator.prepare(model, loader)
-    return prepared.make_task(torch.Generator()).evaluate(model, loader, accelerator)
+    return prepared.make_task(torch.Generator()).evaluate(model, loader, accelerator), source
 
 
 def export(config: FinetuningConfig, result: FinetuningResult) -> None:
@@ -337,7 +347,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
             "validation are the corpus's hash-based splits."
         )
     else:
-        data = describe_data(config)
+        data = describe_data(config, result.validation_split)
     base = config.model_name_or_path
     if os.path.isdir(base):
         base = config.base_model_id or f"a local model folder, {os.path.basename(os.path.normpath(base))}"
@@ -362,6 +372,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         pipeline_tag=pipeline_tag,
         example=result.prepared.example,
         training_data=data,
+        dataset_split=result.validation_split,
         training_procedure=procedure,
         metrics={
             k.removeprefix("eval_"): v for k, v in final.items() if k.startswith("eval_") and isinstance(v, float)

@@ -41,6 +41,7 @@ from sinusoidal_encoder_training.data.pipeline import (
     derive_seed,
     load_raw_datasets,
     tokenize_and_pack,
+    validation_split,
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
@@ -346,7 +347,13 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
         )
         return PretrainingResult(
-            accelerator, model, tokenizer, trained.progress, trained.metrics, trained.max_train_steps
+            accelerator,
+            model,
+            tokenizer,
+            trained.progress,
+            trained.metrics,
+            trained.max_train_steps,
+            validation_split(config, packed["validation"]),
         )
 
 
@@ -379,7 +386,12 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
         result.tokenizer,
         pipeline_tag="fill-mask",
         example=f"The function returns a {result.tokenizer.mask_token} of positions.",
-        training_data=describe_data(config) if config.dataset_name or config.train_file else BUILTIN_CORPUS,
+        training_data=(
+            describe_data(config, result.validation_split)
+            if config.dataset_name or config.train_file
+            else BUILTIN_CORPUS
+        ),
+        dataset_split=result.validation_split,
         training_procedure=procedure,
         metrics={
             "loss": final_eval["eval_loss"],
