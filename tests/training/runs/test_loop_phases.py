@@ -21,7 +21,7 @@ from conftest import HostReads, random_ids, tiny_config
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.cli.command_line import Terminated, UsageError
 from sinusoidal_encoder_training.configs import TrainingConfig
-from sinusoidal_encoder_training.runs import loop
+from sinusoidal_encoder_training.runs import loop, step_plan
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator
 from sinusoidal_encoder_training.runs.checkpoints import TiedWeightsNotice, complete_checkpoints, save_checkpoint
 from sinusoidal_encoder_training.runs.metrics_log import read_metrics
@@ -101,7 +101,7 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     run, _ = start(tmp_path, n_batches=5, max_train_steps=None, num_train_epochs=2, gradient_accumulation_steps=2)
     run.bar.close()
     # 5 micro-batches hold 2 steps of 2 and one of 1: 6 steps in 2 epochs, 6% of them warming up (none)
-    assert run.plan == loop.StepPlan(max_train_steps=6, epochs=2, warmup=0)
+    assert run.plan == step_plan.StepPlan(max_train_steps=6, epochs=2, warmup=0)
     assert vars(run.progress) == {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
     assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
     out = capsys.readouterr().out
@@ -112,20 +112,24 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
 
     config = TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7)
     for every_example in (True, False):
-        planned = loop.plan_steps(config, range(3), False, every_example)
-        assert planned == loop.StepPlan(max_train_steps=50, epochs=17, warmup=7)
+        planned = step_plan.plan_steps(config, range(3), False, every_example)
+        assert planned == step_plan.StepPlan(max_train_steps=50, epochs=17, warmup=7)
     # whole steps only (pretraining): 5 micro-batches hold 2 steps of 2
     whole = TrainingConfig(output_dir=".", num_train_epochs=2, gradient_accumulation_steps=2)
-    assert loop.plan_steps(whole, range(5), False, False) == loop.StepPlan(max_train_steps=4, epochs=2, warmup=0)
+    assert step_plan.plan_steps(whole, range(5), False, False) == step_plan.StepPlan(
+        max_train_steps=4, epochs=2, warmup=0
+    )
     three_batches = torch.utils.data.DataLoader(range(6), batch_size=2)
     accumulating = TrainingConfig(output_dir=".", gradient_accumulation_steps=4, num_train_epochs=3)
-    assert loop.plan_steps(accumulating, three_batches, False, True) == loop.StepPlan(3, 3, 0)  # a step an epoch
+    assert step_plan.plan_steps(accumulating, three_batches, False, True) == step_plan.StepPlan(
+        3, 3, 0
+    )  # a step an epoch
     refusal = (
         "One epoch of 6 training examples holds 3 batch(es) of --per_device_train_batch_size=32 per process, "
         "fewer than one step's --gradient_accumulation_steps=4: lower the batch size."
     )
     with pytest.raises(UsageError, match=f"^{re.escape(refusal)}$"):
-        loop.plan_steps(accumulating, three_batches, False, False)
+        step_plan.plan_steps(accumulating, three_batches, False, False)
 
 
 def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_after_it(tmp_path, capsys):

@@ -6,7 +6,6 @@ loop in its phases (start the run, one optimizer step, after the step, finish), 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from itertools import islice
 from typing import Any
@@ -15,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated, UsageError
+from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated
 from sinusoidal_encoder_training.configs import TrainingConfig
 from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resume, save_checkpoint
 from sinusoidal_encoder_training.runs.compilation import (
@@ -29,6 +28,7 @@ from sinusoidal_encoder_training.runs.divergence import LossWatch
 from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics
 from sinusoidal_encoder_training.runs.optimization import make_scheduler
 from sinusoidal_encoder_training.runs.run_folder import empty_claimed_folder
+from sinusoidal_encoder_training.runs.step_plan import StepPlan, plan_steps
 from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
 from sinusoidal_encoder_training.runs.trackers import init_trackers
 
@@ -165,37 +165,6 @@ def train(
         run.stop.uninstall()
         run.bar.close()
     return finish_run(run)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepPlan:
-    """The optimizer steps of a run: `max_train_steps` (the flag, or the steps of `--num_train_epochs`), the epochs
-    they span (1 for a stream) and the warmup steps of the learning rate (the flag, or 6% of the steps)."""
-
-    max_train_steps: int
-    epochs: int
-    warmup: int
-
-
-def plan_steps(config: TrainingConfig, train_loader, streaming: bool, every_example: bool) -> StepPlan:
-    """The run's `StepPlan`: an epoch's steps count its last micro-batches, fewer than a step's, as one if
-    `every_example` (`TrainingTask.every_example`); else a `UsageError` when one epoch holds fewer batches than a step
-    needs."""
-    windows = divmod(len(train_loader), config.gradient_accumulation_steps) if not streaming else None
-    steps_per_epoch = None if windows is None else windows[0] + int(every_example and windows[1] > 0)
-    if steps_per_epoch == 0:
-        raise UsageError(
-            f"One epoch of {len(train_loader.dataset):,} training examples holds {len(train_loader)} batch(es) "
-            f"of --per_device_train_batch_size={config.per_device_train_batch_size} per process, fewer than one "
-            f"step's --gradient_accumulation_steps={config.gradient_accumulation_steps}: lower the batch size.",
-            shared=True,  # every process holds as many batches
-        )
-    max_train_steps = config.max_train_steps
-    if max_train_steps is None:
-        max_train_steps = steps_per_epoch * config.num_train_epochs
-    epochs = math.ceil(max_train_steps / steps_per_epoch) if steps_per_epoch else 1
-    warmup = config.num_warmup_steps if config.num_warmup_steps is not None else int(0.06 * max_train_steps)
-    return StepPlan(max_train_steps, epochs, warmup)
 
 
 @dataclasses.dataclass
