@@ -297,7 +297,7 @@ def test_setup_on_another_python_says_it_installs_the_latest_releases(tmp_path):
     )
 
 
-HELD_OUT = "validated on 5% of the training split held out (seed 42)"
+HELD_OUT = "validated on 5% of the training split, held out with seed 42"
 
 
 @pytest.mark.parametrize(
@@ -313,7 +313,13 @@ HELD_OUT = "validated on 5% of the training split held out (seed 42)"
             "wikitext",
             None,
         ),
-        ({"train_file": "TRAIN"}, None, f"local files: `train.txt` (training; {HELD_OUT})", None, None),
+        (
+            {"train_file": "TRAIN"},
+            None,
+            "local files: `train.txt` (training; validated on 5% of it, held out with seed 42)",
+            None,
+            None,
+        ),
         (
             {"train_file": "TRAIN", "validation_file": "VALID"},
             "validation",

@@ -413,7 +413,7 @@ def test_every_training_example_is_trained_on_in_every_epoch(
     [
         ("test", "test", "test", "validated on its `test` split"),
         ("validation", None, "validation", "validated on its `validation` split"),
-        ("test", None, None, "validated on 5% of the training split held out (seed 42)"),
+        ("test", None, None, "validated on 5% of the training split, held out with seed 42"),
     ],
 )
 def test_the_card_names_the_split_the_results_were_measured_on(tmp_path, pretrained, other_split, named, split, said):

@@ -89,7 +89,7 @@ def describe_data(config: DataConfig, validation_split: str | None) -> str:
     held_out = (
         f"the first {config.streaming_validation_examples:,} documents of the training stream, held out"
         if config.streaming
-        else f"{config.validation_split_percentage}% of the training split held out (seed {config.seed})"
+        else f"{config.validation_split_percentage}% of the training split, held out with seed {config.seed}"
     )
     if config.dataset_name:
         hub_id = hub_dataset_id(config)
@@ -104,7 +104,7 @@ def describe_data(config: DataConfig, validation_split: str | None) -> str:
     files = f"local files: `{os.path.basename(config.train_file)}` (training"
     if config.validation_file:
         return files + f") and `{os.path.basename(config.validation_file)}` (validation)"
-    return files + f"; validated on {held_out})"
+    return files + f"; validated on {held_out.replace('the training split', 'it')})"
 
 
 def data_label(config: DataConfig) -> str:
