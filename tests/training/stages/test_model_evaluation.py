@@ -76,6 +76,48 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
     written = json.loads(results_file.read_text())
     assert written["results"] == {"32": results[32], "64": results[64]} and written["model"] == str(model)
     assert (written["task"], written["data"], written["validation_file"]) == ("fill-mask", str(train), str(validation))
+    assert written["scored"] == f"--validation_file {str(validation)!r}"
+
+
+@pytest.mark.parametrize(
+    ("data", "split", "said"),
+    [
+        ({}, "validation", "the validation split of the built-in corpus"),
+        ({"dataset_name": "DATA"}, "validation", "the 'validation' split of --dataset_name 'DATA'"),
+        (
+            {"dataset_name": "DATA", "validation_split_name": "test"},
+            "test",
+            "the 'test' split of --dataset_name 'DATA'",
+        ),
+        (
+            {"dataset_name": "DATA"},
+            None,
+            "the 5% of --dataset_name 'DATA' that pretraining on it holds out for validation (seed 42)",
+        ),
+        (
+            {"train_file": "FILE", "validation_split_percentage": 10, "max_eval_samples": 3},
+            None,
+            "at most the first 3 blocks at each length of the 10% of --train_file 'FILE' that pretraining on it "
+            "holds out for validation (seed 42)",
+        ),
+        (
+            {"dataset_name": "DATA", "streaming": True},
+            None,
+            "the first 1,000 documents of --dataset_name 'DATA' that pretraining on it holds out for validation",
+        ),
+    ],
+)
+def test_a_masked_lm_score_says_what_it_scored(pretrained_run, tmp_path, data, split, said):
+    """The text a masked-LM folder is scored on, as the command prints it first: a split of the data, a file, or
+    the share pretraining holds out of a training split (`validation_split` is None for it)."""
+    (train, _), model = pretrained_run
+    (tmp_path / "data").mkdir()
+    paths = {"DATA": str(tmp_path / "data"), "FILE": str(train)}
+    config = EvaluationConfig(model=str(model), **{key: paths.get(value, value) for key, value in data.items()})
+    expected = said
+    for placeholder, path in paths.items():
+        expected = expected.replace(placeholder, path)
+    assert evaluate.masked_lm_source(config, split).startswith(expected)
 
 
 def test_a_bare_encoder_a_missing_folder_and_bad_flags_are_refused_in_one_line(

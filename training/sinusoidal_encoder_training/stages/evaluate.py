@@ -30,7 +30,12 @@ from sinusoidal_encoder_training.cli.command_line import (
 )
 from sinusoidal_encoder_training.configs import EvaluationConfig, FinetuningConfig
 from sinusoidal_encoder_training.data.batches import IndexedExamples, IndexedStream, KeyedMaskingCollator
-from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, pack_blocks, tokenize_documents
+from sinusoidal_encoder_training.data.pipeline import (
+    load_raw_datasets,
+    pack_blocks,
+    tokenize_documents,
+    validation_split,
+)
 from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.runs.accelerator import main_process_first, new_accelerator
@@ -137,9 +142,8 @@ def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = N
     return score_folder(config, accelerator)[0]
 
 
-def score_folder(config: EvaluationConfig, accelerator: Accelerator | None = None) -> tuple[dict, str | None]:
-    """`evaluate_model`'s results, with the examples a fine-tuned folder's were scored on, in words (None for a
-    masked-LM folder's: its data is named by the flags)."""
+def score_folder(config: EvaluationConfig, accelerator: Accelerator | None = None) -> tuple[dict, str]:
+    """`evaluate_model`'s results, with what they were scored on, in words (as printed)."""
     accelerator = accelerator or new_accelerator()
     task = folder_task(config)
     if task is None:
@@ -149,23 +153,26 @@ def score_folder(config: EvaluationConfig, accelerator: Accelerator | None = Non
                 "training split: pass the run's --train_file with --validation_file (--validation_file alone scores "
                 "fine-tuned folders)."
             )
-        return evaluate_masked_lm(config, accelerator), None
+        return evaluate_masked_lm(config, accelerator)
     metrics, scored = evaluate_finetuned(finetuning_config(config, task), accelerator)
     accelerator.print(f"{task}: {format_metrics(metrics)}")
     return metrics, scored
 
 
-def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> dict[int, dict[str, float]]:
+def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> tuple[dict[int, dict[str, float]], str]:
     """The metrics of a masked-LM folder at each length (`MaskedLMEvaluation`: loss, perplexity, unigram baseline,
-    order gap, masked tokens), each printed with the sentence that reads it."""
+    order gap, masked tokens), each printed with the sentence that reads it; and the text they were scored on, in
+    words (printed first)."""
     model, tokenizer = load_model(config, accelerator)
 
-    def prepare() -> dict[int, Any]:
+    def prepare() -> tuple[dict[int, Any], str]:
         raw = load_raw_datasets(config, config.seed)
+        scored = masked_lm_source(config, validation_split(config, raw["validation"]))
         tokenized = tokenize_documents(raw, tokenizer, config.text_column_name, config.preprocessing_num_workers)
-        return {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}
+        return {length: length_blocks(config, tokenized, tokenizer, length) for length in config.lengths}, scored
 
-    prepared = main_process_first(accelerator, prepare)
+    prepared, scored = main_process_first(accelerator, prepare)
+    accelerator.print(f"scoring {scored}")
     model = accelerator.prepare(model)
     exact = config.mask_count == "exact"
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval", exact_count=exact)
@@ -177,19 +184,44 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> di
         results[length] = MaskedLMEvaluation(unigram, order_seed=config.seed)(model, batches, accelerator)
         accelerator.print(f"{length} tokens: {format_metrics(results[length])}")
         accelerator.print(f"    {describe_evaluation(results[length])}")
-    return results
+    return results, scored
 
 
-def write_results(path: str, config: EvaluationConfig, results: dict, scored: str | None) -> None:
-    """The results as JSON (a masked-LM folder's by length), with what was evaluated (a fine-tuned folder's
-    examples `scored`, as the command says it; a masked-LM folder's data and masking); written whole or not at
-    all."""
+def masked_lm_source(config: EvaluationConfig, split: str | None) -> str:
+    """The text a masked-LM folder is scored on, in words: `split` is the split of the data it is
+    (`data.pipeline.validation_split`: None for a share of the training split held out, as pretraining holds it)."""
+    if config.dataset_name is None and config.train_file is None:
+        source = "the validation split of the built-in corpus"
+    elif config.validation_file:
+        source = f"--validation_file {config.validation_file!r}"
+    elif split is not None:
+        source = f"the {split!r} split of --dataset_name {config.dataset_name!r}"
+    else:
+        flag = (
+            f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
+        )
+        share = (
+            f"the first {config.streaming_validation_examples:,} documents"
+            if config.streaming
+            else f"the {config.validation_split_percentage}%"
+        )
+        source = f"{share} of {flag} that pretraining on it holds out for validation (seed {config.seed})"
+    if config.max_eval_samples is not None:
+        return f"at most the first {config.max_eval_samples:,} blocks at each length of {source}"
+    return source
+
+
+def write_results(path: str, config: EvaluationConfig, results: dict, scored: str) -> None:
+    """The results as JSON (a masked-LM folder's by length), with what was evaluated, as the command says it (what
+    was `scored`; a masked-LM folder's training data, whose unigram counts are its baseline, and masking); written
+    whole or not at all."""
     task = folder_task(config)
     report: dict[str, Any] = {"model": config.model, "task": task or "fill-mask"}
-    if scored is None:
+    if task is None:
         report["data"] = config.dataset_name or config.train_file or "the built-in corpus"
         if config.validation_file:
             report["validation_file"] = config.validation_file
+        report["scored"] = scored
         report["mlm_probability"] = config.mlm_probability
     else:
         report["data"] = scored
