@@ -78,6 +78,11 @@ def test_derived_values_are_computed_from_the_fields():
         ({"push_to_hub": True}, "--push_to_hub needs --hub_model_id"),
         ({"model_name_or_path": MODEL, "config_overrides": TINY}, "--config_overrides applies to new models"),
         ({"streaming": True, "dataset_name": MODEL}, "--streaming needs --max_train_steps"),
+        (
+            {"streaming": True, "dataset_name": MODEL, "max_train_steps": 9, "checkpointing_steps": "epoch"},
+            r"--checkpointing_steps epoch needs epochs, and a stream \(--streaming\) has none: give a number",
+        ),
+        ({"eval_steps": 0}, "--eval_steps must be a positive integer, got 0"),
         ({"seq_length_schedule": "48:10"}, "--seq_length_schedule"),
         ({"mlm_probability": 0.0}, "--mlm_probability"),
         ({"max_seq_length": 4}, "--max_seq_length"),
@@ -110,6 +115,11 @@ def test_the_command_line_is_generated_from_the_fields():
         lr_scheduler_type="cosine",
     )
     assert parse_config(PretrainingConfig, ["--output_dir", "o"]) == PretrainingConfig(output_dir="o")
+    # a number of steps, or `epoch` (as accelerate's no_trainer examples take --checkpointing_steps)
+    every = parse_config(
+        PretrainingConfig, ["--output_dir", "o", "--eval_steps", "epoch", "--checkpointing_steps", "9"]
+    )
+    assert (every.eval_steps, every.checkpointing_steps) == ("epoch", 9)
     tuned = parse_config(FinetuningConfig, ["--model_name_or_path", MODEL, "--output_dir", "o", "--baselines"])
     assert tuned == FinetuningConfig(model_name_or_path=MODEL, output_dir="o", baselines=True)
     assert parse_config(OnnxExportConfig, [MODEL, "--output", "m.onnx", "--no_check"]) == OnnxExportConfig(
@@ -127,6 +137,7 @@ def test_the_command_line_is_generated_from_the_fields():
         ["--output_dir", "o", "--mixed_precision", "fp8"],  # not a choice
         ["--output_dir", "o", "--with_tracking", "yes"],  # a switch takes no value
         ["--output_dir", "o", "--max_train_steps", "many"],
+        ["--output_dir", "o", "--eval_steps", "epochs"],  # neither a number nor 'epoch'
     ],
 )
 def test_the_command_line_refuses_what_argparse_can_tell_in_one_line(argv, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import re
@@ -24,6 +25,7 @@ from sinusoidal_encoder_training.configs import TrainingConfig
 from sinusoidal_encoder_training.runs import loop, step_plan
 from sinusoidal_encoder_training.runs.accelerator import make_accelerator
 from sinusoidal_encoder_training.runs.checkpoints import TiedWeightsNotice, complete_checkpoints, save_checkpoint
+from sinusoidal_encoder_training.runs.disk_space import space_needed
 from sinusoidal_encoder_training.runs.metrics_log import read_metrics
 
 ROWS, LENGTH = 2, 8  # a micro-batch: 2 rows of 8 tokens, every other one a label (8 loss units)
@@ -101,7 +103,7 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     run, _ = start(tmp_path, n_batches=5, max_train_steps=None, num_train_epochs=2, gradient_accumulation_steps=2)
     run.bar.close()
     # 5 micro-batches hold 2 steps of 2 and one of 1: 6 steps in 2 epochs, 6% of them warming up (none)
-    assert run.plan == step_plan.StepPlan(max_train_steps=6, epochs=2, warmup=0)
+    assert run.plan == step_plan.StepPlan(max_train_steps=6, epochs=2, warmup=0, steps_per_epoch=3)
     assert vars(run.progress) == {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
     assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
     out = capsys.readouterr().out
@@ -113,17 +115,14 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     config = TrainingConfig(output_dir=".", max_train_steps=50, num_warmup_steps=7)
     for every_example in (True, False):
         planned = step_plan.plan_steps(config, range(3), False, every_example)
-        assert planned == step_plan.StepPlan(max_train_steps=50, epochs=17, warmup=7)
+        assert planned == step_plan.StepPlan(max_train_steps=50, epochs=17, warmup=7, steps_per_epoch=3)
     # whole steps only (pretraining): 5 micro-batches hold 2 steps of 2
     whole = TrainingConfig(output_dir=".", num_train_epochs=2, gradient_accumulation_steps=2)
-    assert step_plan.plan_steps(whole, range(5), False, False) == step_plan.StepPlan(
-        max_train_steps=4, epochs=2, warmup=0
-    )
+    assert step_plan.plan_steps(whole, range(5), False, False) == step_plan.StepPlan(4, 2, 0, steps_per_epoch=2)
     three_batches = torch.utils.data.DataLoader(range(6), batch_size=2)
     accumulating = TrainingConfig(output_dir=".", gradient_accumulation_steps=4, num_train_epochs=3)
-    assert step_plan.plan_steps(accumulating, three_batches, False, True) == step_plan.StepPlan(
-        3, 3, 0
-    )  # a step an epoch
+    planned = step_plan.plan_steps(accumulating, three_batches, False, True)
+    assert planned == step_plan.StepPlan(3, 3, 0, steps_per_epoch=1)  # a step an epoch
     refusal = (
         "One epoch of 6 training examples holds 3 batch(es) of --per_device_train_batch_size=32 per process, "
         "fewer than one step's --gradient_accumulation_steps=4: lower the batch size."
@@ -338,6 +337,24 @@ def test_after_step_logs_evaluates_and_saves_on_their_steps(tmp_path, capsys):
     assert len(read_metrics(output_dir)) == 2
     after(4, 2.0, 2, 8)  # the last step: logged, not evaluated (the final evaluation is finish_run's)
     assert [m["step"] for m in read_metrics(output_dir)] == [2, 2, 4] and run.task.evaluations == 1
+
+
+def test_epoch_evaluates_and_saves_after_every_epochs_last_step(tmp_path):
+    """`--eval_steps epoch` and `--checkpointing_steps epoch`: 3 micro-batches in steps of 2 are 2 steps an epoch,
+    so steps 2 and 4 end epochs (4, the last, is saved and left to the final evaluation); the disk check counts a
+    checkpoint an epoch."""
+    every = {"eval_steps": "epoch", "checkpointing_steps": "epoch"}
+    run, train_loader = start(tmp_path, n_batches=3, max_train_steps=4, gradient_accumulation_steps=2, **every)
+    assert run.plan.steps_per_epoch == 2
+    steps(run, train_loader, 4)
+    run.bar.close()
+    assert [step for step, _ in complete_checkpoints(run.config.output_dir)] == [2, 4]
+    assert [m["step"] for m in read_metrics(run.config.output_dir) if "eval_loss" in m] == [2]
+    due = [run.plan.due(setting, step) for setting in ("epoch", 3, None) for step in (3, 6)]
+    assert due == [False, True, True, True, False, False]
+    two_steps = dataclasses.replace(run.config, checkpointing_steps=2)
+    assert space_needed(run.config, 1000, 4, 2) == space_needed(two_steps, 1000, 4, 2)
+    assert space_needed(run.config, 1000, 4, 2)[1].startswith("2 checkpoint(s)")
 
 
 def test_a_checkpoint_of_tied_weights_warns_of_no_shared_tensor_but_of_others(tmp_path, caplog, monkeypatch):

@@ -17,6 +17,7 @@ import os
 import sys
 import types
 import typing
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, TypeVar
 
 from sinusoidal_encoder_training.cli.command_line import UsageError, first_process_of_machine, leave_it_to_the_first
@@ -146,7 +147,7 @@ def check_positive(config: FlagConfig, *names: str) -> None:
     """A `ValueError` naming the first flag of `names` that is set to zero or less (None: unset, allowed)."""
     for name in names:
         value = getattr(config, name)
-        if value is not None and value <= 0:
+        if value is not None and not isinstance(value, str) and value <= 0:  # a word (`epoch`): one of its choices
             raise UsageError(f"--{name} must be a positive integer, got {value}.")
 
 
@@ -286,9 +287,26 @@ def redefault(config_class: type, name: str, default: Any) -> Any:
     return dataclasses.field(default=default, metadata=config_class.__dataclass_fields__[name].metadata)
 
 
+def number_or_word(words: tuple[str, ...]) -> Callable[[str], int | str]:
+    """argparse's type of a flag that takes an integer or one of `words` (`--eval_steps 500`, `--eval_steps epoch`)."""
+
+    def convert(value: str) -> int | str:
+        if value in words:
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid value: {value!r} (an integer, or {' or '.join(map(repr, words))})"
+            ) from None
+
+    return convert
+
+
 def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
     """argparse's options for the flag of one field, from its type hint: `X | None` as X (default None), a `Literal`
-    as its choices, `list[X]` as values of X (`nargs` "+"), a boolean as a bare switch (all default to False), the
+    as its choices, `int | Literal[...]` as an integer or one of the words, `list[X]` as values of X (`nargs` "+"), a
+    boolean as a bare switch (all default to False), the
     field's default, or `required` without one; argparse's `nargs`, `choices` and `metavar` where the field's
     metadata gives them. The help text is taken literally (a `%` needs no escaping)."""
     options: dict[str, Any] = {"help": field.metadata.get("help", "").replace("%", "%%")}
@@ -300,7 +318,9 @@ def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
         if field.default is not False:
             raise TypeError(f"{field.name}: a boolean setting is a switch, so its default must be False.")
         return {**options, "action": "store_true"}
-    if origin is Literal:
+    if arguments and arguments[0] is int and [typing.get_origin(a) for a in arguments[1:]] == [Literal]:
+        options["type"] = number_or_word(typing.get_args(arguments[1]))  # `int | Literal["epoch"]`
+    elif origin is Literal:
         choices = typing.get_args(hint)
         options.update(choices=choices, type=type(choices[0]))
     elif origin is list:

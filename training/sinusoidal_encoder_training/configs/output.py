@@ -46,14 +46,20 @@ class OutputConfig(FlagConfig):
             "clears": "output_dir",
         },
     )
-    eval_steps: int | None = dataclasses.field(
-        default=None, metadata={"help": "Evaluate every N optimizer steps (and at the end)."}
+    eval_steps: int | Literal["epoch"] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Evaluate every N optimizer steps, or 'epoch': after every epoch's last step (and at the end)."
+        },
     )
     logging_steps: int = dataclasses.field(
         default=10, metadata={"help": "Log training metrics every N optimizer steps."}
     )
-    checkpointing_steps: int | None = dataclasses.field(
-        default=None, metadata={"help": "Save the full training state every N optimizer steps."}
+    checkpointing_steps: int | Literal["epoch"] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Save the full training state every N optimizer steps, or 'epoch': after every epoch's last step."
+        },
     )
     checkpoints_total_limit: int | None = dataclasses.field(
         default=None, metadata={"help": "Keep only the newest K checkpoints."}

@@ -78,6 +78,9 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
         super().__post_init__()
         if self.streaming and self.max_train_steps is None:
             raise UsageError("--streaming needs --max_train_steps (a stream has no known length).")
+        for flag in ("eval_steps", "checkpointing_steps"):
+            if self.streaming and getattr(self, flag) == "epoch":
+                raise UsageError(f"--{flag} epoch needs epochs, and a stream (--streaming) has none: give a number.")
         if self.model_name_or_path and self.config_overrides:
             raise UsageError("--config_overrides applies to new models, not to --model_name_or_path.")
         if self.max_seq_length < 8:

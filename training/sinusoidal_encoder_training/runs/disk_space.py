@@ -10,12 +10,16 @@ CHECKPOINT_BYTES_PER_PARAMETER = 12  # float32 weights and AdamW's two float32 m
 EXPORT_BYTES_PER_PARAMETER = 4  # the exported float32 weights
 
 
-def space_needed(config: TrainingConfig, parameters: int, steps_left: int) -> tuple[int, str]:
+def space_needed(
+    config: TrainingConfig, parameters: int, steps_left: int, steps_per_epoch: int | None
+) -> tuple[int, str]:
     """About how many bytes the rest of a run writes, and how: the checkpoints it keeps at once (one more while a
-    new one is written before the oldest goes), and the exported model."""
+    new one is written before the oldest goes; `--checkpointing_steps epoch`: one every `steps_per_epoch`), and the
+    exported model."""
     checkpoints = 0
-    if config.checkpointing_steps:
-        checkpoints = steps_left // config.checkpointing_steps
+    every = steps_per_epoch if config.checkpointing_steps == "epoch" else config.checkpointing_steps
+    if every:
+        checkpoints = steps_left // every
         if config.checkpoints_total_limit is not None:
             checkpoints = min(checkpoints, config.checkpoints_total_limit + 1)
     each = parameters * CHECKPOINT_BYTES_PER_PARAMETER
@@ -24,12 +28,12 @@ def space_needed(config: TrainingConfig, parameters: int, steps_left: int) -> tu
     return checkpoints * each + export, how
 
 
-def check_free_space(config: TrainingConfig, parameters: int, steps_left: int) -> None:
+def check_free_space(config: TrainingConfig, parameters: int, steps_left: int, steps_per_epoch: int | None) -> None:
     """Before training: the free space of the output folder's disk against what the run will write; with
     `--overwrite_output_dir`, checked before the folder is emptied, its files' space counted as free."""
     import shutil
 
-    needed, how = space_needed(config, parameters, steps_left)
+    needed, how = space_needed(config, parameters, steps_left, steps_per_epoch)
     free = shutil.disk_usage(config.output_dir).free
     if config.overwrite_output_dir:
         free += folder_bytes(config.output_dir)

@@ -247,7 +247,7 @@ def start_run(
     scheduler = make_scheduler(accelerator, config, optimizer, plan.warmup, plan.max_train_steps)
     parameters = accelerator.unwrap_model(model).num_parameters()
     if config.overwrite_output_dir:  # the last checks of the run's input passed: only now is the folder emptied
-        check_free_space(config, parameters, plan.max_train_steps)
+        check_free_space(config, parameters, plan.max_train_steps, plan.steps_per_epoch)
         empty_claimed_folder(accelerator, config)
     progress = TrainingProgress()
     accelerator.register_for_checkpointing(progress)
@@ -260,7 +260,7 @@ def start_run(
     watch = LossWatch(config, accelerator.mixed_precision, progress.completed_steps)
     print_header(accelerator, config, model, header, plan)
     if not config.overwrite_output_dir:
-        check_free_space(config, parameters, plan.max_train_steps - progress.completed_steps)
+        check_free_space(config, parameters, plan.max_train_steps - progress.completed_steps, plan.steps_per_epoch)
     bar = tqdm(
         total=plan.max_train_steps,
         initial=progress.completed_steps,
@@ -393,12 +393,13 @@ def step_reduction(run: Run, batches: list[dict[str, torch.Tensor]]) -> tuple[to
 def after_step(run: Run, started: float) -> None:
     """After the step just counted (its drawing began at `started`): every `--logging_steps` and at the last step
     the training figures logged (`log_training`), every `--eval_steps` before the last the model evaluated, every
-    `--checkpointing_steps` the state saved; the loss and the weights checked finite before an evaluation or a
-    save. The tokens seen are read from the device only at those steps, whose seconds then include the device's."""
+    `--checkpointing_steps` the state saved (each a number of steps, or `epoch`: `StepPlan.due`); the loss and the
+    weights checked finite before an evaluation or a save. The tokens seen are read from the device only at those
+    steps, whose seconds then include the device's."""
     config, step = run.config, run.progress.completed_steps
     logging = step % config.logging_steps == 0 or step == run.plan.max_train_steps
-    evaluating = config.eval_steps and step % config.eval_steps == 0 and step < run.plan.max_train_steps
-    saving = config.checkpointing_steps and step % config.checkpointing_steps == 0
+    evaluating = run.plan.due(config.eval_steps, step) and step < run.plan.max_train_steps
+    saving = run.plan.due(config.checkpointing_steps, step)
     if logging or evaluating or saving:
         count_tokens_seen(run)
     run.window.seconds += time.perf_counter() - started

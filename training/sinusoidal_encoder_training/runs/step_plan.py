@@ -1,6 +1,6 @@
 """How many optimizer steps a run takes: the flag, or the steps of its epochs (an epoch's last micro-batches, fewer
 than a step's, counted as a step or not, as the task says), the epochs they span and the warmup of the learning rate;
-an epoch too short for one step refused in one line."""
+an epoch too short for one step refused in one line; which steps are due an evaluation or a checkpoint."""
 
 from __future__ import annotations
 
@@ -14,11 +14,20 @@ from sinusoidal_encoder_training.configs import TrainingConfig
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
     """The optimizer steps of a run: `max_train_steps` (the flag, or the steps of `--num_train_epochs`), the epochs
-    they span (1 for a stream) and the warmup steps of the learning rate (the flag, or 6% of the steps)."""
+    they span (1 for a stream), the warmup steps of the learning rate (the flag, or 6% of the steps) and the steps of
+    one epoch (None for a stream)."""
 
     max_train_steps: int
     epochs: int
     warmup: int
+    steps_per_epoch: int | None
+
+    def due(self, every: int | str | None, step: int) -> bool:
+        """Whether step `step` is one of every `every` steps (`--eval_steps`, `--checkpointing_steps`): every N, or
+        `epoch`, the last step of each epoch; never when unset."""
+        if every == "epoch":
+            return self.steps_per_epoch is not None and step % self.steps_per_epoch == 0
+        return bool(every) and step % every == 0
 
 
 def plan_steps(config: TrainingConfig, train_loader, streaming: bool, every_example: bool) -> StepPlan:
@@ -39,4 +48,4 @@ def plan_steps(config: TrainingConfig, train_loader, streaming: bool, every_exam
         max_train_steps = steps_per_epoch * config.num_train_epochs
     epochs = math.ceil(max_train_steps / steps_per_epoch) if steps_per_epoch else 1
     warmup = config.num_warmup_steps if config.num_warmup_steps is not None else int(0.06 * max_train_steps)
-    return StepPlan(max_train_steps, epochs, warmup)
+    return StepPlan(max_train_steps, epochs, warmup, steps_per_epoch)
