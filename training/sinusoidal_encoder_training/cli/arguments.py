@@ -306,9 +306,9 @@ def number_or_word(words: tuple[str, ...]) -> Callable[[str], int | str]:
 def _flag_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
     """argparse's options for the flag of one field, from its type hint: `X | None` as X (default None), a `Literal`
     as its choices, `int | Literal[...]` as an integer or one of the words, `list[X]` as values of X (`nargs` "+"), a
-    boolean as a bare switch (all default to False), the
-    field's default, or `required` without one; argparse's `nargs`, `choices` and `metavar` where the field's
-    metadata gives them. The help text is taken literally (a `%` needs no escaping)."""
+    boolean as a bare switch (all default to False), the field's default, or `required` without one; argparse's
+    `nargs`, `choices` and `metavar` where the field's metadata gives them. The help text is taken literally (a `%`
+    needs no escaping)."""
     options: dict[str, Any] = {"help": field.metadata.get("help", "").replace("%", "%%")}
     arguments = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(arguments) == 1:
