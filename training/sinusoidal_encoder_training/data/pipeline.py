@@ -67,11 +67,11 @@ def load_raw_datasets(
         train = raw["train"].skip(held_out)
         if next(iter(train), None) is None:  # read up to the first document past the held-out ones
             raise UsageError(
-                f"{_source_flag(config)} holds no document past the first {held_out}, which --streaming holds out "
+                f"{source_flag(config)} holds no document past the first {held_out}, which --streaming holds out "
                 "for validation (--streaming_validation_examples): lower it, or give a --validation_file."
             )
         return datasets.IterableDatasetDict({"train": train, "validation": raw["train"].take(held_out)})
-    check_split(_source_flag(config), len(raw["train"]), config.validation_split_percentage)  # a Hub dataset's
+    check_split(source_flag(config), len(raw["train"]), config.validation_split_percentage)  # a Hub dataset's
     split = raw["train"].train_test_split(test_size=config.validation_split_percentage / 100, seed=seed)
     return datasets.DatasetDict({"train": split["train"], "validation": split["test"]})
 
@@ -95,7 +95,7 @@ def load_failure(config: DataConfig, error: Exception) -> str:
     `datasets` wraps it (`DatasetGenerationError: An error occurred while generating the dataset` says nothing),
     in one line; for a local folder, that it reads every data file under it (another run's JSON files in it make
     it fail to cast)."""
-    line = f"Could not load {_source_flag(config)}: {type(error).__name__}: {error}"
+    line = f"Could not load {source_flag(config)}: {type(error).__name__}: {error}"
     cause = error.__cause__
     if cause is not None:
         said = " ".join(str(cause).split())
@@ -106,7 +106,7 @@ def load_failure(config: DataConfig, error: Exception) -> str:
     return line
 
 
-def _source_flag(config: DataConfig) -> str:
+def source_flag(config: DataConfig) -> str:
     """The flag that named the corpus, with its value."""
     return f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
 

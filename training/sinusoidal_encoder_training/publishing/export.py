@@ -86,11 +86,12 @@ def describe_data(config: DataConfig, validation_split: str | None) -> str:
     """The training data of a run as the model card states it: a Hub dataset by its id, local files or folders by
     their names (never a path of the machine that trained), and what it was validated on (`validation_split`, the
     split of the data: None for a share of the training split held out)."""
-    held_out = (
-        f"the first {config.streaming_validation_examples:,} documents of the training stream, held out"
-        if config.streaming
-        else f"{config.validation_split_percentage}% of the training split, held out with seed {config.seed}"
-    )
+
+    def held_out(whole: str) -> str:  # the share of `whole` (the training data, in words) held out for validation
+        if config.streaming:
+            return f"the first {config.streaming_validation_examples:,} documents of {whole}, held out"
+        return f"{config.validation_split_percentage}% of {whole}, held out with seed {config.seed}"
+
     if config.dataset_name:
         hub_id = hub_dataset_id(config)
         source = (
@@ -100,11 +101,14 @@ def describe_data(config: DataConfig, validation_split: str | None) -> str:
         )
         if config.dataset_config_name:
             source += f" (configuration `{config.dataset_config_name}`)"
-        return source + "; validated on " + (f"its `{validation_split}` split" if validation_split else held_out)
+        if validation_split:
+            return f"{source}; validated on its `{validation_split}` split"
+        whole = "the training stream" if config.streaming else "the training split"
+        return f"{source}; validated on {held_out(whole)}"
     files = f"local files: `{os.path.basename(config.train_file)}` (training"
     if config.validation_file:
         return files + f") and `{os.path.basename(config.validation_file)}` (validation)"
-    return files + f"; validated on {held_out.replace('the training split', 'it')})"
+    return files + f"; validated on {held_out('it')})"
 
 
 def data_label(config: DataConfig) -> str:

@@ -113,7 +113,7 @@ def render_model_card(
     metrics: dict[str, float],
     dataset_id: str | None = None,
     dataset_name: str | None = None,
-    dataset_split: str = "validation",
+    dataset_split: str | None = "validation",
     model_id: str | None = None,
     base_model: str | None = None,
     intended_uses: str | None = None,
@@ -127,7 +127,8 @@ def render_model_card(
     data_note: str | None = None,
 ) -> str:
     """Write `output_dir/README.md` and return its text. `metrics` maps metric names (e.g. "loss", "perplexity") to
-    values measured on the evaluation split (`dataset_split` of the data); they go to the card's text and, when
+    values measured on the evaluation split (`dataset_split` of the data; None: a share held out of its training
+    split, which the model-index names no split for); they go to the card's text and, when
     finite, to its model-index (a NaN is no result to index). `pictures` maps PNG
     files of the folder to their titles; the card shows them. `evaluation_note` (markdown) follows the metrics: what
     they mean and what they show. `extra_sections` maps titles to markdown: sections of your own (another

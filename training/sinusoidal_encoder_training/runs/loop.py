@@ -86,6 +86,10 @@ class TrainingTask:
     """What the shared loop needs to know about a task. Subclasses implement the three methods."""
 
     name = "training"
+    # every example trained on in every epoch, as transformers' Trainer does: an epoch's last micro-batches, fewer
+    # than a step's, are a step of their own (fine-tuning). False: whole steps only (pretraining, whose loader also
+    # drops an epoch's last partial batch)
+    every_example = True
 
     def loss(self, model, batch: dict[str, torch.Tensor], num_items_in_batch: float | torch.Tensor) -> torch.Tensor:
         """The model's own loss of a batch, from one forward pass with its labels: the loss summed over its units
@@ -98,11 +102,6 @@ class TrainingTask:
         values), known before the forward pass: the step's loss is the sum over the units of every micro-batch of
         every process, divided by their number. A scalar on the batch's device."""
         raise NotImplementedError
-
-    # every example trained on in every epoch, as transformers' Trainer does: an epoch's last micro-batches, fewer
-    # than a step's, are a step of their own (fine-tuning). False: whole steps only (pretraining, whose loader also
-    # drops an epoch's last partial batch)
-    every_example = True
 
     def evaluate(self, model, loader, accelerator: Accelerator) -> dict[str, float]:
         raise NotImplementedError

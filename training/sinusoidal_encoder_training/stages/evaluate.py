@@ -33,6 +33,7 @@ from sinusoidal_encoder_training.data.batches import IndexedExamples, IndexedStr
 from sinusoidal_encoder_training.data.pipeline import (
     load_raw_datasets,
     pack_blocks,
+    source_flag,
     tokenize_documents,
     validation_split,
 )
@@ -197,15 +198,13 @@ def masked_lm_source(config: EvaluationConfig, split: str | None) -> str:
     elif split is not None:
         source = f"the {split!r} split of --dataset_name {config.dataset_name!r}"
     else:
-        flag = (
-            f"--dataset_name {config.dataset_name!r}" if config.dataset_name else f"--train_file {config.train_file!r}"
-        )
         share = (
             f"the first {config.streaming_validation_examples:,} documents"
             if config.streaming
             else f"the {config.validation_split_percentage}%"
         )
-        source = f"{share} of {flag} that pretraining on it holds out for validation (seed {config.seed})"
+        held = "that pretraining on it holds out for validation"
+        source = f"{share} of {source_flag(config)} {held} (seed {config.seed})"
     if config.max_eval_samples is not None:
         return f"at most the first {config.max_eval_samples:,} blocks at each length of {source}"
     return source
