@@ -88,12 +88,46 @@ def test_derived_values_are_computed_from_the_fields():
         ({"max_seq_length": 4}, "--max_seq_length"),
         ({"train_file": "missing.txt"}, "--train_file 'missing.txt' does not exist"),
         ({"resume_from_checkpoint": "/does/not/exist"}, "--resume_from_checkpoint"),
+        ({"metric_for_best_model": "loss"}, "--metric_for_best_model names .* pass --load_best_model_at_end too"),
+        (
+            {"load_best_model_at_end": True, "eval_steps": 10},
+            r"every evaluation must be saved \(now --eval_steps 10, --checkpointing_steps unset\)",
+        ),
+        ({"load_best_model_at_end": True, "eval_steps": 10, "checkpointing_steps": 4}, "every evaluation must be"),
+        ({"load_best_model_at_end": True, "eval_steps": "epoch", "checkpointing_steps": 1}, "or both 'epoch'"),
+        (
+            {"load_best_model_at_end": True, "eval_steps": 4, "checkpointing_steps": 4, "metric_for_best_model": "f1"},
+            "--metric_for_best_model 'f1': an evaluation of fill-mask reports loss, perplexity; choose one of them",
+        ),
     ],
 )
 def test_a_variant_is_checked_like_the_flags(change, message):
     config = pretraining_config()
     with pytest.raises(ValueError, match=message):
         dataclasses.replace(config, **change)
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "save", "metric", "key"),
+    [
+        (10, 10, None, "eval_loss"),
+        (10, 5, "accuracy", "eval_accuracy"),
+        ("epoch", "epoch", "eval_macro_f1", "eval_macro_f1"),
+    ],
+)
+def test_load_best_model_at_end_takes_evaluations_that_are_all_saved(evaluate, save, metric, key):
+    """Every evaluation saved (the same steps, a multiple of the checkpoints' steps, or both every epoch); the figure
+    named with or without its `eval_`, the loss by default, checked against the task's declared figures."""
+    best = {"load_best_model_at_end": True, "eval_steps": evaluate, "checkpointing_steps": save}
+    config = FinetuningConfig(model_name_or_path=MODEL, output_dir="out", metric_for_best_model=metric, **best)
+    assert config.best_metric == key
+    if metric is not None:
+        with pytest.raises(
+            ValueError, match=f"--metric_for_best_model {metric!r}: an evaluation of span-classification "
+        ):
+            dataclasses.replace(
+                config, task="span-classification", train_file=str(REPO / "docs/examples/span_classification.jsonl")
+            )
 
 
 def test_the_built_in_task_takes_no_column_flags():
@@ -482,6 +516,19 @@ BAD_INPUT = [
         "0 warmup and 40 decay steps are more than the run's 10 optimizer steps",
     ),
     ("pretrain", ["--output_dir", "OUT", "--resume_from_checkpoint", "nope"], "is not a checkpoint folder"),
+    (
+        "finetune",
+        ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--load_best_model_at_end", "--eval_steps", "5"],
+        "--load_best_model_at_end chooses among the evaluations of --eval_steps and loads the best from its",
+    ),
+    (
+        "finetune",
+        [
+            *("--model_name_or_path", MODEL, "--output_dir", "OUT", "--load_best_model_at_end"),
+            *("--eval_steps", "epoch", "--checkpointing_steps", "epoch", "--metric_for_best_model", "acc"),
+        ],
+        "--metric_for_best_model 'acc': an evaluation of text-classification reports loss, accuracy, macro_f1,",
+    ),
     ("finetune", ["--model_name_or_path", "./outputs/nope", "--output_dir", "OUT"], "no such file or folder"),
     ("finetune", ["--model_name_or_path", MODEL, "--output_dir", "OUT", "--task", "token-classification"], "data"),
     (

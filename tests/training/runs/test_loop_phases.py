@@ -104,7 +104,8 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     run.bar.close()
     # 5 micro-batches hold 2 steps of 2 and one of 1: 6 steps in 2 epochs, 6% of them warming up (none)
     assert run.plan == step_plan.StepPlan(max_train_steps=6, epochs=2, warmup=0, steps_per_epoch=3)
-    assert vars(run.progress) == {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
+    fresh = {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
+    assert vars(run.progress) == {**fresh, "best_step": None, "best_metric": None}
     assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
     out = capsys.readouterr().out
     assert "***** Running training *****\n  Model = sinusoidal_encoder, " in out
@@ -142,7 +143,8 @@ def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_afte
     resumed, _ = start(tmp_path, max_train_steps=4, logging_steps=1, resume_from_checkpoint="latest")
     resumed.bar.close()
     assert f"Resuming from {tmp_path / 'out' / 'checkpoints' / 'step_2'}\n" in capsys.readouterr().out
-    assert vars(resumed.progress) == {"completed_steps": 2, "epoch": 0, "batches_in_epoch": 2, "tokens_seen": 32}
+    where = {"completed_steps": 2, "epoch": 0, "batches_in_epoch": 2, "tokens_seen": 32}
+    assert vars(resumed.progress) == {**where, "best_step": None, "best_metric": None}
     assert [m["step"] for m in read_metrics(resumed.config.output_dir)] == [1, 2]
     weights = resumed.accelerator.unwrap_model(resumed.model).state_dict()
     assert all(torch.equal(weights[name], value) for name, value in saved.items())
@@ -355,6 +357,10 @@ def test_epoch_evaluates_and_saves_after_every_epochs_last_step(tmp_path):
     two_steps = dataclasses.replace(run.config, checkpointing_steps=2)
     assert space_needed(run.config, 1000, 4, 2) == space_needed(two_steps, 1000, 4, 2)
     assert space_needed(run.config, 1000, 4, 2)[1].startswith("2 checkpoint(s)")
+    kept = dataclasses.replace(run.config, checkpointing_steps=1, checkpoints_total_limit=1)
+    assert space_needed(kept, 1000, 4, 2)[1].startswith("2 checkpoint(s)")  # one more while a new one is written
+    best = dataclasses.replace(kept, load_best_model_at_end=True, eval_steps=1)
+    assert space_needed(best, 1000, 4, 2)[1].startswith("3 checkpoint(s)")  # and the best
 
 
 def test_a_checkpoint_of_tied_weights_warns_of_no_shared_tensor_but_of_others(tmp_path, caplog, monkeypatch):
@@ -427,3 +433,107 @@ def test_finish_run_evaluates_logs_and_returns_the_result(tmp_path, capsys):
     with pytest.raises(UsageError, match=r"The weights hold 1 NaN or infinite value\(s\) at step 1"):
         loop.finish_run(run)  # nothing evaluated of them
     assert run.task.evaluations == 1
+
+
+class ScriptedTask(TinyTask):
+    """The tiny task whose evaluations report the accuracies of `ACCURACIES`, one call after another."""
+
+    ACCURACIES = [0.5, 0.9, 0.7, 0.6, 0.9]
+
+    def evaluate(self, model, loader, accelerator):
+        self.evaluations += 1
+        return {"eval_loss": 1.5, "eval_accuracy": self.ACCURACIES[self.evaluations - 1]}
+
+
+BEST = {"eval_steps": 1, "checkpointing_steps": 1, "load_best_model_at_end": True, "metric_for_best_model": "accuracy"}
+
+
+def saved_weights(checkpoint) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(f"{checkpoint}/model.safetensors")
+
+
+def test_load_best_model_at_end_ends_with_the_weights_of_the_best_evaluation(tmp_path, capsys):
+    """Evaluations at steps 1-3 and the last (4) score 0.5, 0.9, 0.7, 0.6: the run ends with step 2's weights,
+    loaded from its checkpoint, which --checkpoints_total_limit 1 kept; the final evaluation is theirs, the progress
+    where the run ended."""
+    run, train_loader = start(tmp_path, max_train_steps=4, checkpoints_total_limit=1, task=ScriptedTask, **BEST)
+    steps(run, train_loader, 4)
+    run.bar.close()
+    folder = run.config.output_dir
+    assert [step for step, _ in complete_checkpoints(folder)] == [2, 4]  # the newest, and the best
+    assert (run.progress.best_step, run.progress.best_metric) == (2, 0.9)
+    best = saved_weights(dict(complete_checkpoints(folder))[2])
+    model = run.accelerator.unwrap_model(run.model)
+    assert not all(torch.equal(model.state_dict()[name], tensor) for name, tensor in best.items())
+    result = loop.finish_run(run)
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in best.items())
+    assert result.metrics == {"eval_loss": 1.5, "eval_accuracy": 0.9} and run.task.evaluations == 5
+    assert (run.progress.completed_steps, run.progress.best_step, run.progress.tokens_seen) == (4, 2, 64)
+    out = capsys.readouterr().out
+    checkpoint = f"{folder}/checkpoints/step_2"
+    assert (
+        "step 4 evaluation: eval_loss 1.5000, eval_accuracy 0.6000\n"
+        "best model by eval_accuracy: step 2's, 0.9000 (the last step's 0.6000); loading its weights from "
+        f"{checkpoint}\n"
+        "final evaluation: eval_loss 1.5000, eval_accuracy 0.9000\n"
+    ) in out
+    assert [m["eval_accuracy"] for m in read_metrics(folder) if "eval_accuracy" in m] == [0.5, 0.9, 0.7, 0.6]
+
+
+def test_the_best_evaluation_is_in_every_checkpoint_and_a_resumed_run_keeps_it(tmp_path):
+    run, train_loader = start(tmp_path, max_train_steps=4, task=ScriptedTask, **BEST)
+    steps(run, train_loader, 3)
+    run.bar.close()
+    resumed, _ = start(tmp_path, max_train_steps=4, task=ScriptedTask, resume_from_checkpoint="latest", **BEST)
+    resumed.bar.close()
+    assert (resumed.progress.completed_steps, resumed.progress.best_step, resumed.progress.best_metric) == (3, 2, 0.9)
+
+
+@pytest.mark.parametrize(
+    ("metric", "value", "best", "beats"),
+    [
+        ("eval_accuracy", 0.9, 0.8, True),
+        ("eval_accuracy", 0.8, 0.8, False),  # a tie: the earlier stays
+        ("eval_loss", 0.7, 0.8, True),
+        ("eval_mse", 2.0, 1.0, False),
+        ("perplexity", 3.0, 4.0, True),
+        ("eval_f1", math.nan, 0.1, False),
+        ("eval_f1", 0.1, math.nan, True),
+        ("eval_f1", 0.1, None, True),
+    ],
+)
+def test_which_value_beats_the_best_so_far(metric, value, best, beats):
+    from sinusoidal_encoder_training.runs.best_model import better
+
+    assert better(metric, value, best) is beats
+
+
+@pytest.mark.parametrize(
+    ("last", "line", "card"),
+    [
+        (
+            0.95,
+            "best model by eval_accuracy: the last step's, 0.9500 (step 2's 0.9000 before it)",
+            " The weights are the last step's, the best eval_accuracy (0.9500) of the evaluations every step.",
+        ),
+        (
+            0.6,
+            "best model by eval_accuracy: step 2's, 0.9000, but its checkpoint {folder}/checkpoints/step_2 cannot be "
+            "loaded (it is gone): the last step's weights stay (0.6000)",
+            "",
+        ),
+        (math.nan, "best model by eval_accuracy: none, no evaluation's is a number: the last step's weights", ""),
+    ],
+)
+def test_the_last_steps_weights_stay_when_they_are_the_best_or_the_best_is_gone(tmp_path, last, line, card):
+    from sinusoidal_encoder_training.runs.best_model import choose_best, describe_best
+
+    config = TrainingConfig(output_dir=str(tmp_path), max_train_steps=4, **BEST)
+    progress = loop.TrainingProgress()
+    progress.completed_steps = 4
+    if not math.isnan(last):
+        progress.best_step, progress.best_metric = 2, 0.9
+    assert choose_best(config, progress, 4, {"eval_accuracy": last}) == (None, line.format(folder=tmp_path))
+    assert describe_best(config, progress) == card

@@ -153,6 +153,17 @@ def test_settings_a_resume_may_change_are_not_differences():
     assert not {"seed", "per_device_train_batch_size", "learning_rate", "config_overrides"} & MAY_CHANGE
 
 
+def test_a_flag_added_since_a_run_was_recorded_differs_only_when_it_is_on():
+    """A checkpoint of an earlier version resumes: a setting its record lacks ran as though off (flags are added
+    off); turned on now, it is a difference."""
+    recorded = {"stage": "fine-tuning", "settings": {"seed": 42}}
+    off = {"stage": "fine-tuning", "settings": {"seed": 42, "load_best_model_at_end": False, "metric_name": None}}
+    on = {"stage": "fine-tuning", "settings": {"seed": 42, "load_best_model_at_end": True}}
+    assert settings_differences(recorded, off) == []
+    assert settings_differences(recorded, on) == ["--load_best_model_at_end unset (now True)"]
+    assert settings_differences(on, recorded) == ["--load_best_model_at_end True (now unset)"]
+
+
 def test_one_writer_a_folder_at_a_time_and_a_dead_runs_lock_is_taken_over(tmp_path):
     folder = tmp_path / "out"
     holder = subprocess.Popen(

@@ -380,6 +380,44 @@ def test_a_small_draw_of_training_examples_keeps_the_labels_of_the_whole_split(t
 
 
 @pytest.mark.slow
+def test_load_best_model_at_end_exports_the_best_evaluations_weights(tmp_path, pretrained):
+    """With --load_best_model_at_end the folder holds the weights of the checkpoint of the best evaluation by the
+    figure named (the earliest of equal ones, the lowest loss), the final evaluation and eval_results.json are
+    theirs, and the card says which step's they are."""
+    rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 3)]
+    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
+    out = tmp_path / "out"
+    final = run_finetune(
+        model_name_or_path=pretrained,
+        train_file=train,
+        validation_file=valid,
+        output_dir=str(out),
+        learning_rate=3e-2,  # a jumpy loss: the best is seldom the last
+        max_train_steps=6,
+        eval_steps=1,
+        checkpointing_steps=1,
+        checkpoints_total_limit=1,
+        load_best_model_at_end=True,
+    )
+    evaluations = [line for line in metrics(out) if "eval_loss" in line]
+    assert [line["step"] for line in evaluations] == [1, 2, 3, 4, 5, 6]
+    best = min(evaluations, key=lambda line: line["eval_loss"])
+    assert best["step"] < 6  # seeded: an earlier checkpoint is loaded
+    assert final["eval_loss"] == pytest.approx(best["eval_loss"], abs=1e-6)
+    kept = sorted(int(path.name.split("_")[1]) for path in (out / "checkpoints").glob("step_*"))
+    assert kept == sorted({best["step"], 6})
+    exported = load_file(str(out / "model.safetensors"))
+    saved = load_file(str(out / "checkpoints" / f"step_{best['step']}" / "model.safetensors"))
+    assert saved.keys() == exported.keys() and all(torch.equal(saved[k], exported[k]) for k in saved)
+    which = "the last step's" if best["step"] == 6 else f"step {best['step']}'s"
+    assert (
+        f"The weights are {which}, the best eval_loss ({best['eval_loss']:.4f}) of the evaluations every step."
+        in (out / "README.md").read_text()
+    )
+    assert json.loads((out / "eval_results.json").read_text())["eval_loss"] == final["eval_loss"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("rows", "batch", "accumulation", "epochs", "steps"), [(5, 2, 1, 2, 6), (3, 32, 1, 1, 1), (5, 2, 2, 2, 4)]
 )

@@ -158,6 +158,7 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
         if self.streaming:
             raise UsageError("--streaming is for pretraining; fine-tuning reads its (smaller) datasets whole.")
         self.check_task_flags(self.task)
+        self.check_best_metric(TASKS[self.task])
         check_positive(self, "max_train_samples", "max_eval_samples")
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)

@@ -12,6 +12,7 @@ from sinusoidal_encoder_training.cli.arguments import FlagConfig, check_positive
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs.publishing import check_hub_model_id
 from sinusoidal_encoder_training.runs.checkpoints import checkpoint_damage, resolve_checkpoint
+from sinusoidal_encoder_training.tasks.task import Task
 
 LR_SCHEDULERS = Literal[
     "linear",
@@ -62,7 +63,24 @@ class OutputConfig(FlagConfig):
         },
     )
     checkpoints_total_limit: int | None = dataclasses.field(
-        default=None, metadata={"help": "Keep only the newest K checkpoints."}
+        default=None,
+        metadata={"help": "Keep only the newest K checkpoints (and, with --load_best_model_at_end, the best)."},
+    )
+    load_best_model_at_end: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "End with the weights of the best evaluation (by --metric_for_best_model), the last step's or an "
+            "earlier checkpoint's, as transformers' Trainer does: the folder, its card and the final evaluation are "
+            "those of that model. Every evaluation must be saved: --eval_steps a multiple of --checkpointing_steps, "
+            "or both 'epoch'. --checkpoints_total_limit never removes the best checkpoint."
+        },
+    )
+    metric_for_best_model: str | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "The evaluation's figure --load_best_model_at_end chooses by ('accuracy', 'f1', ...; default "
+            "'loss'): the lowest loss, perplexity or mse, the highest of any other."
+        },
     )
     resume_from_checkpoint: str | None = dataclasses.field(
         default=None,
@@ -105,6 +123,7 @@ class OutputConfig(FlagConfig):
             problem = tracker_problem(self.report_to)
             if problem:
                 raise UsageError(problem)
+        self.check_best_model_settings()
         if self.resume_from_checkpoint not in (None, "latest"):
             if not os.path.isdir(self.resume_from_checkpoint):
                 raise UsageError(
@@ -116,6 +135,47 @@ class OutputConfig(FlagConfig):
                     f"--resume_from_checkpoint {self.resume_from_checkpoint!r} is damaged: {damage}. Pass another "
                     "checkpoint, or 'latest' for the newest whole one."
                 )
+
+    @property
+    def best_metric(self) -> str:
+        """The key of the evaluation's figure --load_best_model_at_end chooses by (`eval_loss` by default)."""
+        return "eval_" + (self.metric_for_best_model or "loss").removeprefix("eval_")
+
+    def check_best_model_settings(self) -> None:
+        """--load_best_model_at_end needs a checkpoint at every evaluation, to load the best from;
+        --metric_for_best_model is read only with it."""
+        if self.metric_for_best_model is not None and not self.load_best_model_at_end:
+            raise UsageError(
+                "--metric_for_best_model names the figure --load_best_model_at_end chooses the final model by: pass "
+                "--load_best_model_at_end too."
+            )
+        if not self.load_best_model_at_end:
+            return
+        evaluate, save = self.eval_steps, self.checkpointing_steps
+        if isinstance(evaluate, int) and isinstance(save, int):
+            saved = evaluate % save == 0
+        else:
+            saved = evaluate is not None and evaluate == save
+        if not saved:
+            raise UsageError(
+                "--load_best_model_at_end chooses among the evaluations of --eval_steps and loads the best from its "
+                f"checkpoint: every evaluation must be saved (now --eval_steps {evaluate or 'unset'}, "
+                f"--checkpointing_steps {save or 'unset'}): give --checkpointing_steps the number of --eval_steps "
+                "(or a divisor of it), or both 'epoch'."
+            )
+
+    def check_best_metric(self, task: Task, problem: str | None = None) -> None:
+        """--metric_for_best_model against the figures an evaluation of `task` reports (for `problem`, once the data
+        tells it; None: for any of its problem types)."""
+        if not self.load_best_model_at_end:
+            return
+        names = task.metric_names(problem)
+        if self.best_metric.removeprefix("eval_") not in names:
+            kind = f"{task.name} ({problem})" if problem else task.name
+            raise UsageError(
+                f"--metric_for_best_model {self.metric_for_best_model!r}: an evaluation of {kind} reports "
+                f"{', '.join(names)}; choose one of them."
+            )
 
     def read_paths(self) -> dict[str, str]:
         """What `FlagConfig.read_paths` says, and the checkpoint `--resume_from_checkpoint latest` resumes (the

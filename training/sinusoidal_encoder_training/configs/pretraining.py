@@ -10,6 +10,7 @@ from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs.data import DataConfig, LanguageConfig, MaskingConfig
 from sinusoidal_encoder_training.configs.output import TrainingConfig
 from sinusoidal_encoder_training.resources import SHIPPED_TOKENIZER
+from sinusoidal_encoder_training.tasks.registry import TASKS
 
 # Size presets for --config_name. "base" has BERT-base's dimensions (~110M parameters with a 30k vocabulary).
 MODEL_SIZES = {
@@ -86,6 +87,7 @@ class PretrainingConfig(DataConfig, LanguageConfig, MaskingConfig, TrainingConfi
         if self.max_seq_length < 8:
             raise UsageError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
         parse_length_schedule(self.seq_length_schedule, self.max_seq_length)
+        self.check_best_metric(TASKS["fill-mask"])
         check_model_source("--config_name", self.config_name, tuple(MODEL_SIZES))
         check_model_source("--model_name_or_path", self.model_name_or_path)
         check_model_source("--tokenizer_name", self.tokenizer_name)

@@ -135,9 +135,13 @@ def _tied_weights_quiet(accelerator: Accelerator) -> Iterator[None]:
         logger.removeFilter(notice)
 
 
-def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_limit: int | None) -> str:
+def save_checkpoint(
+    accelerator: Accelerator, output_dir: str, step: int, total_limit: int | None, keep: int | None = None
+) -> str:
     """`accelerator.save_state` into a temporary folder, renamed to `step_N` once every process has written its part:
-    a kill during the save leaves the previous checkpoints as they were and no broken `step_N`."""
+    a kill during the save leaves the previous checkpoints as they were and no broken `step_N`. Then, with
+    `total_limit`, the older checkpoints beyond the newest `total_limit` are removed, but for the one of step `keep`
+    (--load_best_model_at_end's best)."""
     folder = checkpoints_dir(output_dir)
     final = os.path.join(folder, f"step_{step}")
     temporary = os.path.join(folder, f".incomplete-step_{step}")
@@ -167,8 +171,9 @@ def save_checkpoint(accelerator: Accelerator, output_dir: str, step: int, total_
         os.rename(temporary, final)
         _fsync_dir(folder)
         if total_limit is not None:
-            for _, old in complete_checkpoints(output_dir)[:-total_limit]:
-                shutil.rmtree(old, ignore_errors=True)
+            for older, old in complete_checkpoints(output_dir)[:-total_limit]:
+                if older != keep:
+                    shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 

@@ -21,7 +21,9 @@ def space_needed(
     if every:
         checkpoints = steps_left // every
         if config.checkpoints_total_limit is not None:
-            checkpoints = min(checkpoints, config.checkpoints_total_limit + 1)
+            # one more while a new one is written; with --load_best_model_at_end the best is kept beside them
+            kept = config.checkpoints_total_limit + 1 + config.load_best_model_at_end
+            checkpoints = min(checkpoints, kept)
     each = parameters * CHECKPOINT_BYTES_PER_PARAMETER
     export = parameters * EXPORT_BYTES_PER_PARAMETER
     how = f"{checkpoints} checkpoint(s) of {each / 1e9:.2f} GB and the model of {export / 1e9:.2f} GB"

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated
 from sinusoidal_encoder_training.configs import TrainingConfig
+from sinusoidal_encoder_training.runs.best_model import choose_best, load_best, see_evaluation
 from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resume, save_checkpoint
 from sinusoidal_encoder_training.runs.compilation import (
     compile_line,
@@ -41,11 +42,14 @@ class TrainingProgress:
         self.epoch = 0
         self.batches_in_epoch = 0  # micro-batches of `epoch` already consumed (per process)
         self.tokens_seen = 0
+        # --load_best_model_at_end: the step of the best evaluation so far and its figure (`best_model`)
+        self.best_step: int | None = None
+        self.best_metric: float | None = None
 
-    def state_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, int | float | None]:
         return dict(vars(self))
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, int | float | None]) -> None:
         for key, value in state.items():
             setattr(self, key, value)
 
@@ -409,10 +413,13 @@ def after_step(run: Run, started: float) -> None:
     if evaluating:
         evaluation = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
         run.metrics_log.log(evaluation, step)
+        see_evaluation(config, run.progress, step, evaluation)
         if run.accelerator.is_local_main_process:
             run.bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
     if saving:
-        save_checkpoint(run.accelerator, config.output_dir, step, config.checkpoints_total_limit)
+        save_checkpoint(
+            run.accelerator, config.output_dir, step, config.checkpoints_total_limit, keep=run.progress.best_step
+        )
 
 
 def count_tokens_seen(run: Run) -> None:
@@ -458,18 +465,30 @@ def stop_if_requested(run: Run, agreed: bool) -> None:
     if config.checkpointing_steps and step and step not in dict(complete_checkpoints(config.output_dir)):
         run.watch.settle(run.accelerator, run.model, step, run.step_loss)
         count_tokens_seen(run)
-        save_checkpoint(run.accelerator, config.output_dir, step, config.checkpoints_total_limit)
+        save_checkpoint(
+            run.accelerator, config.output_dir, step, config.checkpoints_total_limit, keep=run.progress.best_step
+        )
     raise run.stop.kind(interruption_line(config, step))
 
 
 def finish_run(run: Run) -> TrainingResult:
     """After the last step: the loss and the weights checked finite (nothing evaluated of NaNs), the tokens seen
-    counted, the final evaluation logged and printed with the task's summary of it; the run's `TrainingResult`."""
+    counted, the last step's evaluation logged; with --load_best_model_at_end, an earlier evaluation's weights
+    loaded when it was the best, and evaluated again. The final evaluation (of the weights the run ends with) printed
+    with the task's summary of it; the run's `TrainingResult`."""
     step = run.progress.completed_steps
     run.watch.settle(run.accelerator, run.model, step, run.step_loss)
     count_tokens_seen(run)
     final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
     run.metrics_log.log(final, step)
+    best, line = choose_best(run.config, run.progress, step, final)
+    if best is not None:
+        run.accelerator.print(f"step {step} evaluation: {format_metrics(final)}")
+    if line:
+        run.accelerator.print(line)
+    if best is not None:
+        load_best(run.accelerator, run.progress, best)
+        final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
     run.accelerator.print(f"final evaluation: {format_metrics(final)}")
     summary = run.task.summary(final)
     if summary:

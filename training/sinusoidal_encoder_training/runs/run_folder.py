@@ -107,11 +107,15 @@ def write_run(folder: str, run: dict[str, Any]) -> None:
 
 
 def settings_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """'--name old (now new)' for every setting that differs between two run records, `MAY_CHANGE` aside."""
+    """'--name old (now new)' for every setting that differs between two run records, `MAY_CHANGE` aside. A setting
+    the recorded run did not have (a flag added since) is a difference only when it is on now (not False or None):
+    flags are added off, so the recorded run ran as though it were."""
     old, new = recorded.get("settings", {}), current["settings"]
     differences = []
     for name in sorted(set(old) | set(new)):
         if name in MAY_CHANGE or old.get(name) == new.get(name):
+            continue
+        if name not in old and new.get(name) in (None, False):
             continue
         flag = name if name in ("processes", "mixed_precision") else f"--{name}"
         differences.append(f"{flag} {_shown(old.get(name))} (now {_shown(new.get(name))})")

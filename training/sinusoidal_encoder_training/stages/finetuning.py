@@ -53,6 +53,7 @@ from sinusoidal_encoder_training.runs.accelerator import (
     make_loaders,
     prepare_training,
 )
+from sinusoidal_encoder_training.runs.best_model import describe_best
 from sinusoidal_encoder_training.runs.loop import StageResult, train
 from sinusoidal_encoder_training.runs.metrics_log import write_json
 from sinusoidal_encoder_training.runs.optimization import describe_schedule, make_optimizer
@@ -264,6 +265,7 @@ def finetune(
         raw, prepared = main_process_first(
             accelerator, lambda: read_and_prepare(config, recipe, tokenizer, model_config)
         )
+        config.check_best_metric(TASKS[config.task], prepared.problem)  # what the data made of the task
         plan = plan_head(config, folder_config, *run_labels(config, model_config))
         if model_init is None:
             if plan.new_head is not None:
@@ -356,7 +358,7 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
         f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
         f"{config.weight_decay} on matrices), {describe_schedule(config)}, global batch "
-        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
+        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}.{describe_best(config, progress)}"
     )
     if config.config_overrides:
         procedure += f" Config changed from the pretrained model's: `{config.config_overrides}`."

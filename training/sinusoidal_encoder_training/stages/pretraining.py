@@ -52,6 +52,7 @@ from sinusoidal_encoder_training.runs.accelerator import (
     make_loaders,
     prepare_training,
 )
+from sinusoidal_encoder_training.runs.best_model import describe_best
 from sinusoidal_encoder_training.runs.compilation import uses_cuda_graphs
 from sinusoidal_encoder_training.runs.even_batches import unlabel_repeated_examples
 from sinusoidal_encoder_training.runs.loop import StageResult, TrainingTask, train
@@ -376,7 +377,7 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
         f"gradient clipping at {config.max_grad_norm}, global batch "
         f"{config.global_batch_size(accelerator.num_processes)} sequences, {accelerator.num_processes} process(es), "
         f"mixed precision {accelerator.mixed_precision}, seed {config.seed}. Trained with `training/pretrain.py` of "
-        "sinusoidal-encoder."
+        f"sinusoidal-encoder.{describe_best(config, progress)}"
     )
     export_model(
         accelerator,

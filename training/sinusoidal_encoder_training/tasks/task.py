@@ -11,6 +11,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+LOWER_IS_BETTER = frozenset({"loss", "perplexity", "mse"})  # the evaluations' figures that fall as a model improves
+
+
+def greater_is_better(metric: str) -> bool:
+    """Whether a higher value of the evaluation's figure `metric` (`eval_accuracy` or `accuracy`) is better."""
+    return metric.removeprefix("eval_") not in LOWER_IS_BETTER
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -39,10 +46,17 @@ class Task:
     loss_units: dict[str, str]
     outputs: tuple[str, ...] = ()
     input_axes: tuple[str, ...] = ("batch", "sequence")
+    metrics: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     recipe: str | None = None
     labelled: bool = False
     flags: type | None = None
     check: Callable[[Any], None] | None = None
+
+    def metric_names(self, problem: str | None = None) -> tuple[str, ...]:
+        """The figures an evaluation of this task reports for `problem` (None: for any), the loss first, without
+        the `eval_` of their keys."""
+        kinds = self.metrics.values() if problem is None else [self.metrics.get(problem, self.metrics.get("", ()))]
+        return ("loss", *dict.fromkeys(name for names in kinds for name in names))
 
     @property
     def flag_names(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ TASKS = (
         "Fill-Mask",
         {"": "nats per masked token"},
         ("logits",),
+        metrics={"": ("perplexity",)},
     ),
     Task(
         "feature-extraction",

@@ -15,6 +15,7 @@ TASKS = (
         {"": "nats per question"},
         ("logits",),
         ("batch", "choices", "sequence"),
+        metrics={"": ("accuracy",)},
         recipe=f"{__name__}.recipe",
     ),
 )

@@ -44,6 +44,7 @@ TASKS = (
         "Question Answering",
         {"": "nats per answer (the mean of its start and end)"},
         ("start_logits", "end_logits"),
+        metrics={"": ("exact_match", "f1")},
         recipe=f"{__name__}.recipe",
         flags=QuestionAnsweringFlags,
         check=check,

@@ -51,6 +51,7 @@ TASKS = (
         "Span Classification",
         {"": "nats per candidate span and label"},
         ("logits",),
+        metrics={"": ("precision", "recall", "f1")},
         recipe=f"{__name__}.recipe",
         labelled=True,
         flags=SpanClassificationFlags,
