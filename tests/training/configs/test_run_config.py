@@ -88,7 +88,11 @@ def test_derived_values_are_computed_from_the_fields():
         ({"max_seq_length": 4}, "--max_seq_length"),
         ({"train_file": "missing.txt"}, "--train_file 'missing.txt' does not exist"),
         ({"resume_from_checkpoint": "/does/not/exist"}, "--resume_from_checkpoint"),
-        ({"metric_for_best_model": "loss"}, "--metric_for_best_model names .* pass --load_best_model_at_end too"),
+        ({"metric_for_best_model": "loss"}, "--metric_for_best_model is read with --load_best_model_at_end .*too"),
+        ({"early_stopping_patience": 3}, "--early_stopping_patience is read with --load_best_model_at_end"),
+        ({"early_stopping_patience": 0}, "--early_stopping_patience must be a positive integer, got 0"),
+        ({"early_stopping_threshold": 0.1}, "--early_stopping_threshold is read with --early_stopping_patience"),
+        ({"early_stopping_threshold": -0.1}, "--early_stopping_threshold must not be negative, got -0.1"),
         (
             {"load_best_model_at_end": True, "eval_steps": 10},
             r"every evaluation must be saved \(now --eval_steps 10, --checkpointing_steps unset\)",

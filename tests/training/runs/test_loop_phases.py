@@ -105,7 +105,8 @@ def test_start_run_plans_the_steps_from_the_epochs_and_prints_the_header(tmp_pat
     # 5 micro-batches hold 2 steps of 2 and one of 1: 6 steps in 2 epochs, 6% of them warming up (none)
     assert run.plan == step_plan.StepPlan(max_train_steps=6, epochs=2, warmup=0, steps_per_epoch=3)
     fresh = {"completed_steps": 0, "epoch": 0, "batches_in_epoch": 0, "tokens_seen": 0}
-    assert vars(run.progress) == {**fresh, "best_step": None, "best_metric": None}
+    best = {"best_step": None, "best_metric": None, "evaluations_without_improvement": 0}
+    assert vars(run.progress) == {**fresh, **best}
     assert run.model.training and run.scheduler.get_last_lr() == [run.config.learning_rate]
     out = capsys.readouterr().out
     assert "***** Running training *****\n  Model = sinusoidal_encoder, " in out
@@ -144,7 +145,8 @@ def test_start_run_resumes_the_newest_checkpoint_and_drops_the_lines_logged_afte
     resumed.bar.close()
     assert f"Resuming from {tmp_path / 'out' / 'checkpoints' / 'step_2'}\n" in capsys.readouterr().out
     where = {"completed_steps": 2, "epoch": 0, "batches_in_epoch": 2, "tokens_seen": 32}
-    assert vars(resumed.progress) == {**where, "best_step": None, "best_metric": None}
+    best = {"best_step": None, "best_metric": None, "evaluations_without_improvement": 0}
+    assert vars(resumed.progress) == {**where, **best}
     assert [m["step"] for m in read_metrics(resumed.config.output_dir)] == [1, 2]
     weights = resumed.accelerator.unwrap_model(resumed.model).state_dict()
     assert all(torch.equal(weights[name], value) for name, value in saved.items())
@@ -482,6 +484,56 @@ def test_load_best_model_at_end_ends_with_the_weights_of_the_best_evaluation(tmp
     assert [m["eval_accuracy"] for m in read_metrics(folder) if "eval_accuracy" in m] == [0.5, 0.9, 0.7, 0.6]
 
 
+def test_early_stopping_trains_no_further_once_the_patience_is_spent(tmp_path, capsys):
+    """--early_stopping_patience 2: the evaluations of steps 3 and 4 (0.7, 0.6) do not improve on step 2's 0.9, so
+    the run stops after step 4 of 6, whose evaluation is the last step's (not made again), and ends with step 2's
+    weights; resumed from step 4's checkpoint, it takes no step; the card says so."""
+    from sinusoidal_encoder_training.runs.best_model import describe_best
+
+    settings = {"max_train_steps": 6, "task": ScriptedTask, "early_stopping_patience": 2, **BEST}
+    run, train_loader = start(tmp_path, **settings)
+    for started, batches in loop.step_windows(run, train_loader, streaming=False):
+        loop.optimizer_step(run, batches)
+        loop.after_step(run, started)
+    run.bar.close()
+    assert (run.progress.completed_steps, run.progress.evaluations_without_improvement) == (4, 2)
+    result = loop.finish_run(run)
+    assert run.task.evaluations == 5 and result.metrics["eval_accuracy"] == 0.9  # 4 evaluations, 1 of step 2's
+    out = capsys.readouterr().out
+    assert (
+        "stopped early at step 4 of 6: 2 evaluations in a row without improving on the best eval_accuracy "
+        "(--early_stopping_patience 2)\nstep 4 evaluation: eval_loss 1.5000, eval_accuracy 0.6000\nbest model by "
+    ) in out
+    assert [m["step"] for m in read_metrics(run.config.output_dir) if "eval_accuracy" in m] == [1, 2, 3, 4]
+    assert describe_best(run.config, run.progress, 6) == (
+        " It stopped early, at step 4 of 6: 2 evaluations in a row had not improved on the best. The weights are "
+        "step 2's, the best eval_accuracy (0.9000) of the evaluations every step."
+    )
+    resumed, train_loader = start(tmp_path, resume_from_checkpoint="latest", **settings)
+    resumed.bar.close()
+    assert resumed.progress.completed_steps == 4 and list(loop.step_windows(resumed, train_loader, False)) == []
+
+
+@pytest.mark.parametrize(
+    ("threshold", "evaluations", "best", "without"),
+    [(0.0, [0.8, 0.85], 0.85, 0), (0.1, [0.8, 0.85], 0.85, 1), (0.1, [0.8, 0.95], 0.95, 0), (0.0, [0.8, 0.8], 0.8, 1)],
+)
+def test_an_improvement_within_the_threshold_is_the_best_but_spends_patience(
+    tmp_path, threshold, evaluations, best, without
+):
+    """As transformers' EarlyStoppingCallback: an evaluation that beats the best by --early_stopping_threshold or
+    less still becomes the best (--load_best_model_at_end loads it) but counts as no improvement."""
+    from sinusoidal_encoder_training.runs.best_model import see_evaluation
+
+    config = TrainingConfig(
+        output_dir=str(tmp_path), early_stopping_patience=3, early_stopping_threshold=threshold, **BEST
+    )
+    progress = loop.TrainingProgress()
+    for step, value in enumerate(evaluations, 1):
+        see_evaluation(config, progress, step, {"eval_accuracy": value})
+    assert (progress.best_metric, progress.evaluations_without_improvement) == (best, without)
+
+
 def test_the_best_evaluation_is_in_every_checkpoint_and_a_resumed_run_keeps_it(tmp_path):
     run, train_loader = start(tmp_path, max_train_steps=4, task=ScriptedTask, **BEST)
     steps(run, train_loader, 3)
@@ -536,4 +588,4 @@ def test_the_last_steps_weights_stay_when_they_are_the_best_or_the_best_is_gone(
     if not math.isnan(last):
         progress.best_step, progress.best_metric = 2, 0.9
     assert choose_best(config, progress, 4, {"eval_accuracy": last}) == (None, line.format(folder=tmp_path))
-    assert describe_best(config, progress) == card
+    assert describe_best(config, progress, 4) == card

@@ -383,7 +383,8 @@ def test_a_small_draw_of_training_examples_keeps_the_labels_of_the_whole_split(t
 def test_load_best_model_at_end_exports_the_best_evaluations_weights(tmp_path, pretrained):
     """With --load_best_model_at_end the folder holds the weights of the checkpoint of the best evaluation by the
     figure named (the earliest of equal ones, the lowest loss), the final evaluation and eval_results.json are
-    theirs, and the card says which step's they are."""
+    theirs, and the card says which step's they are; with --early_stopping_patience 3 the run stops after three
+    evaluations that do not improve on it, and the card says so."""
     rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 3)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
     out = tmp_path / "out"
@@ -398,22 +399,23 @@ def test_load_best_model_at_end_exports_the_best_evaluations_weights(tmp_path, p
         checkpointing_steps=1,
         checkpoints_total_limit=1,
         load_best_model_at_end=True,
+        early_stopping_patience=3,
     )
     evaluations = [line for line in metrics(out) if "eval_loss" in line]
-    assert [line["step"] for line in evaluations] == [1, 2, 3, 4, 5, 6]
     best = min(evaluations, key=lambda line: line["eval_loss"])
-    assert best["step"] < 6  # seeded: an earlier checkpoint is loaded
+    assert best["step"] == 2  # seeded: step 2's checkpoint is loaded, and steps 3-5 do not improve on it
+    assert [line["step"] for line in evaluations] == [1, 2, 3, 4, 5]  # stopped early
     assert final["eval_loss"] == pytest.approx(best["eval_loss"], abs=1e-6)
     kept = sorted(int(path.name.split("_")[1]) for path in (out / "checkpoints").glob("step_*"))
-    assert kept == sorted({best["step"], 6})
+    assert kept == [2, 5]
     exported = load_file(str(out / "model.safetensors"))
     saved = load_file(str(out / "checkpoints" / f"step_{best['step']}" / "model.safetensors"))
     assert saved.keys() == exported.keys() and all(torch.equal(saved[k], exported[k]) for k in saved)
-    which = "the last step's" if best["step"] == 6 else f"step {best['step']}'s"
+    card = (out / "README.md").read_text()
     assert (
-        f"The weights are {which}, the best eval_loss ({best['eval_loss']:.4f}) of the evaluations every step."
-        in (out / "README.md").read_text()
-    )
+        "It stopped early, at step 5 of 6: 3 evaluations in a row had not improved on the best. The weights are step "
+        f"2's, the best eval_loss ({best['eval_loss']:.4f}) of the evaluations every step."
+    ) in card
     assert json.loads((out / "eval_results.json").read_text())["eval_loss"] == final["eval_loss"]
 
 

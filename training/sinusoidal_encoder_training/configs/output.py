@@ -82,6 +82,21 @@ class OutputConfig(FlagConfig):
             "'loss'): the lowest loss, perplexity or mse, the highest of any other."
         },
     )
+    early_stopping_patience: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "Stop training once N evaluations in a row have not improved on the best by "
+            "--metric_for_best_model (transformers' EarlyStoppingCallback); needs --load_best_model_at_end, so the "
+            "run ends with the best evaluation's weights."
+        },
+    )
+    early_stopping_threshold: float = dataclasses.field(
+        default=0.0,
+        metadata={
+            "help": "How much an evaluation must beat the best by to count as an improvement for "
+            "--early_stopping_patience (default: any amount)."
+        },
+    )
     resume_from_checkpoint: str | None = dataclasses.field(
         default=None,
         metadata={
@@ -112,7 +127,14 @@ class OutputConfig(FlagConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive(self, "logging_steps", "eval_steps", "checkpointing_steps", "checkpoints_total_limit")
+        check_positive(
+            self,
+            "logging_steps",
+            "eval_steps",
+            "checkpointing_steps",
+            "checkpoints_total_limit",
+            "early_stopping_patience",
+        )
         if self.push_to_hub and not self.hub_model_id:
             raise UsageError("--push_to_hub needs --hub_model_id.")
         if self.hub_model_id is not None:  # also named by the card without --push_to_hub
@@ -143,12 +165,18 @@ class OutputConfig(FlagConfig):
 
     def check_best_model_settings(self) -> None:
         """--load_best_model_at_end needs a checkpoint at every evaluation, to load the best from;
-        --metric_for_best_model is read only with it."""
-        if self.metric_for_best_model is not None and not self.load_best_model_at_end:
-            raise UsageError(
-                "--metric_for_best_model names the figure --load_best_model_at_end chooses the final model by: pass "
-                "--load_best_model_at_end too."
-            )
+        --metric_for_best_model and --early_stopping_patience are read only with it, the threshold only with the
+        patience."""
+        if self.early_stopping_threshold < 0:
+            raise UsageError(f"--early_stopping_threshold must not be negative, got {self.early_stopping_threshold}.")
+        if self.early_stopping_threshold and self.early_stopping_patience is None:
+            raise UsageError("--early_stopping_threshold is read with --early_stopping_patience: pass it too.")
+        for flag in ("metric_for_best_model", "early_stopping_patience"):
+            if getattr(self, flag) is not None and not self.load_best_model_at_end:
+                raise UsageError(
+                    f"--{flag} is read with --load_best_model_at_end (the run ends with its best evaluation's "
+                    "weights): pass it too."
+                )
         if not self.load_best_model_at_end:
             return
         evaluate, save = self.eval_steps, self.checkpointing_steps

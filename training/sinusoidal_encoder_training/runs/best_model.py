@@ -1,17 +1,21 @@
-"""--load_best_model_at_end, as transformers' Trainer has it: the best evaluation of a run by
---metric_for_best_model is kept in its progress (saved in every checkpoint, so a resumed run knows it), its
-checkpoint is kept from pruning (`checkpoints.save_checkpoint(keep=...)`), and at the end the run holds the weights
-of the best evaluation, the last step's or those of the checkpoint of an earlier one (`choose_best`, `load_best`).
-The earliest of equal values is the best; a figure that is not a number never is."""
+"""--load_best_model_at_end and --early_stopping_patience, as transformers' Trainer and its EarlyStoppingCallback
+have them: the best evaluation of a run by --metric_for_best_model is kept in its progress (saved in every
+checkpoint, so a resumed run knows it), with the evaluations since one improved on it (`see_evaluation`); its
+checkpoint is kept from pruning (`checkpoints.save_checkpoint(keep=...)`); the run trains no further once the
+patience is spent (`patience_spent`), and ends with the weights of the best evaluation, the last step's or those of
+the checkpoint of an earlier one (`end_with_best`). The earliest of equal values is the best; a figure that is not
+a number never is."""
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.checkpoints import checkpoint_damage, checkpoints_dir
+from sinusoidal_encoder_training.runs.metrics_log import format_metrics
 from sinusoidal_encoder_training.tasks.task import greater_is_better
 
 if TYPE_CHECKING:
@@ -47,12 +51,54 @@ def figure(config: TrainingConfig, evaluation: dict[str, Any]) -> float:
 
 def see_evaluation(config: TrainingConfig, progress: Any, step: int, evaluation: dict[str, Any]) -> None:
     """With --load_best_model_at_end, the evaluation of step `step` made the run's best (`progress.best_step`,
-    `progress.best_metric`) when it beats the best so far."""
+    `progress.best_metric`) when it beats the best so far; `progress.evaluations_without_improvement` counted for
+    --early_stopping_patience (back to 0 when it beats the best by more than --early_stopping_threshold)."""
     if not config.load_best_model_at_end:
         return
-    value = figure(config, evaluation)
-    if better(config.best_metric, value, progress.best_metric):
+    value, best = figure(config, evaluation), progress.best_metric
+    improved = better(config.best_metric, value, best)
+    if improved and best is not None and not math.isnan(best):
+        improved_enough = abs(value - best) > config.early_stopping_threshold
+    else:
+        improved_enough = improved
+    if improved:
         progress.best_step, progress.best_metric = step, value
+    progress.evaluations_without_improvement = 0 if improved_enough else progress.evaluations_without_improvement + 1
+
+
+def patience_spent(config: TrainingConfig, progress: Any) -> bool:
+    """Whether --early_stopping_patience evaluations in a row have not improved: the run trains no further."""
+    patience = config.early_stopping_patience
+    return patience is not None and progress.evaluations_without_improvement >= patience
+
+
+def end_with_best(
+    accelerator: Accelerator,
+    config: TrainingConfig,
+    progress: Any,
+    max_train_steps: int,
+    final: dict[str, Any],
+    evaluate: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    """After the last step's evaluation `final`: a line when the run stopped early; with --load_best_model_at_end,
+    the best evaluation's weights loaded when they are not the last step's (`choose_best`, `load_best`) and
+    evaluated again (`evaluate()`), each said in a line. Returns the evaluation of the weights the run ends with."""
+    step = progress.completed_steps
+    if patience_spent(config, progress) and step < max_train_steps:
+        accelerator.print(
+            f"stopped early at step {step} of {max_train_steps}: {progress.evaluations_without_improvement} "
+            f"evaluations in a row without improving on the best {config.best_metric} (--early_stopping_patience "
+            f"{config.early_stopping_patience})"
+        )
+    best, line = choose_best(config, progress, step, final)
+    if best is not None:
+        accelerator.print(f"step {step} evaluation: {format_metrics(final)}")
+    if line:
+        accelerator.print(line)
+    if best is None:
+        return final
+    load_best(accelerator, progress, best)
+    return evaluate()
 
 
 def choose_best(config: TrainingConfig, progress: Any, step: int, final: dict[str, Any]) -> tuple[str | None, str]:
@@ -93,14 +139,20 @@ def load_best(accelerator: Accelerator, progress: Any, checkpoint: str) -> None:
     progress.load_state_dict(ended)
 
 
-def describe_best(config: TrainingConfig, progress: Any) -> str:
-    """The card's sentence on the weights kept with --load_best_model_at_end ("" without it, or when none was
-    chosen)."""
-    if not config.load_best_model_at_end or progress.best_step is None:
-        return ""
-    which = "the last step's" if progress.best_step == progress.completed_steps else f"step {progress.best_step}'s"
-    every = {"epoch": "epoch", 1: "step"}.get(config.eval_steps, f"{config.eval_steps} steps")
-    return (
-        f" The weights are {which}, the best {config.best_metric} ({progress.best_metric:.4f}) of the evaluations "
-        f"every {every}."
-    )
+def describe_best(config: TrainingConfig, progress: Any, max_train_steps: int) -> str:
+    """The card's sentences on a run stopped early and on the weights kept with --load_best_model_at_end ("" without
+    it)."""
+    said = ""
+    if patience_spent(config, progress) and progress.completed_steps < max_train_steps:
+        said += (
+            f" It stopped early, at step {progress.completed_steps:,} of {max_train_steps:,}: "
+            f"{progress.evaluations_without_improvement} evaluations in a row had not improved on the best."
+        )
+    if config.load_best_model_at_end and progress.best_step is not None:
+        which = "the last step's" if progress.best_step == progress.completed_steps else f"step {progress.best_step}'s"
+        every = {"epoch": "epoch", 1: "step"}.get(config.eval_steps, f"{config.eval_steps} steps")
+        said += (
+            f" The weights are {which}, the best {config.best_metric} ({progress.best_metric:.4f}) of the "
+            f"evaluations every {every}."
+        )
+    return said

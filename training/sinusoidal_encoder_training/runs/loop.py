@@ -1,7 +1,8 @@
-"""The training loop shared by pretraining and fine-tuning: what a task tells the loop, where training stands, the
-loop in its phases (start the run, one optimizer step, after the step, finish), and what a stage returns. Beside it:
-`accelerator` (the Accelerator, the loaders), `compilation`, `stopping` (on a signal), `divergence`, `disk_space`,
-`run_folder` (the output folder claimed, emptied with --overwrite_output_dir)."""
+"""The training loop shared by pretraining and fine-tuning: what a task tells the loop, the loop in its phases
+(start the run, one optimizer step, after the step, finish), and what a stage returns. Beside it: `progress` (where
+training stands), `step_plan`, `best_model` (the best evaluation, early stopping), `accelerator` (the Accelerator,
+the loaders), `compilation`, `stopping` (on a signal), `divergence`, `disk_space`, `run_folder` (the output folder
+claimed, emptied with --overwrite_output_dir)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tqdm.auto import tqdm
 
 from sinusoidal_encoder_training.cli.command_line import Interrupted, Terminated
 from sinusoidal_encoder_training.configs import TrainingConfig
-from sinusoidal_encoder_training.runs.best_model import choose_best, load_best, see_evaluation
+from sinusoidal_encoder_training.runs.best_model import end_with_best, patience_spent, see_evaluation
 from sinusoidal_encoder_training.runs.checkpoints import complete_checkpoints, resume, save_checkpoint
 from sinusoidal_encoder_training.runs.compilation import (
     compile_line,
@@ -28,30 +29,11 @@ from sinusoidal_encoder_training.runs.disk_space import check_free_space
 from sinusoidal_encoder_training.runs.divergence import LossWatch
 from sinusoidal_encoder_training.runs.metrics_log import MetricsLog, format_metrics
 from sinusoidal_encoder_training.runs.optimization import make_scheduler
+from sinusoidal_encoder_training.runs.progress import TrainingProgress
 from sinusoidal_encoder_training.runs.run_folder import empty_claimed_folder
 from sinusoidal_encoder_training.runs.step_plan import StepPlan, plan_steps
 from sinusoidal_encoder_training.runs.stopping import StopAgreement, StopRequest, interruption_line
 from sinusoidal_encoder_training.runs.trackers import init_trackers
-
-
-class TrainingProgress:
-    """Where training stands; saved in every checkpoint through `accelerator.register_for_checkpointing`."""
-
-    def __init__(self) -> None:
-        self.completed_steps = 0
-        self.epoch = 0
-        self.batches_in_epoch = 0  # micro-batches of `epoch` already consumed (per process)
-        self.tokens_seen = 0
-        # --load_best_model_at_end: the step of the best evaluation so far and its figure (`best_model`)
-        self.best_step: int | None = None
-        self.best_metric: float | None = None
-
-    def state_dict(self) -> dict[str, int | float | None]:
-        return dict(vars(self))
-
-    def load_state_dict(self, state: dict[str, int | float | None]) -> None:
-        for key, value in state.items():
-            setattr(self, key, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +190,7 @@ class Run:
     stop: StopRequest
     bar: Any
     agreement: StopAgreement = dataclasses.field(default_factory=StopAgreement)  # several processes: one step late
+    evaluated: tuple[int, dict[str, float]] | None = None  # the newest evaluation during training, and its step
     window: LoggingWindow = dataclasses.field(init=False)
     step_loss: torch.Tensor = dataclasses.field(init=False)  # this process's share of the newest step's loss
     pending_tokens: torch.Tensor = dataclasses.field(init=False)
@@ -222,6 +205,12 @@ class Run:
     @property
     def world(self) -> int:
         return self.accelerator.num_processes
+
+    def training_left(self) -> bool:
+        """Whether the run takes another step: fewer than it was set for, and --early_stopping_patience not spent."""
+        return self.progress.completed_steps < self.plan.max_train_steps and not patience_spent(
+            self.config, self.progress
+        )
 
     def stop_agreed(self) -> bool:
         """Whether the run stops before its next step: on its own request, or with several processes on the one they
@@ -306,23 +295,23 @@ def print_header(accelerator: Accelerator, config: TrainingConfig, model, header
 def step_windows(run: Run, train_loader, streaming: bool):
     """The micro-batches of each step to come (`gradient_accumulation_steps` of them, a list), with the time their
     drawing began, epoch after epoch from where the run stands (a resumed epoch skips the micro-batches it consumed)
-    until `max_train_steps`. Each epoch starts with `task.start_epoch`; a partial window at its end is a step if
-    `task.every_example`, else none; a stream that ends before `max_train_steps` ends the run, with a line. The caller
-    counts the steps."""
+    until `max_train_steps` (or --early_stopping_patience is spent). Each epoch starts with `task.start_epoch`; a
+    partial window at its end is a step if `task.every_example`, else none; a stream that ends before
+    `max_train_steps` ends the run, with a line. The caller counts the steps."""
     accelerator, config, progress = run.accelerator, run.config, run.progress
-    while progress.completed_steps < run.plan.max_train_steps:
+    while run.training_left():
         run.task.start_epoch(progress.epoch)
         loader = train_loader
         if progress.batches_in_epoch:
             loader = accelerator.skip_first_batches(train_loader, progress.batches_in_epoch)
         batches = iter(loader)
-        while progress.completed_steps < run.plan.max_train_steps:
+        while run.training_left():
             started = time.perf_counter()
             window = list(islice(batches, config.gradient_accumulation_steps))
             if not window or (len(window) < config.gradient_accumulation_steps and not run.task.every_example):
                 break
             yield started, window
-        if progress.completed_steps >= run.plan.max_train_steps:
+        if not run.training_left():
             return
         if streaming:
             accelerator.print(f"The stream ended after {progress.completed_steps} steps, before --max_train_steps.")
@@ -414,6 +403,7 @@ def after_step(run: Run, started: float) -> None:
         evaluation = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
         run.metrics_log.log(evaluation, step)
         see_evaluation(config, run.progress, step, evaluation)
+        run.evaluated = (step, evaluation)
         if run.accelerator.is_local_main_process:
             run.bar.write(f"step {step} evaluation: {format_metrics(evaluation)}")
     if saving:
@@ -479,16 +469,19 @@ def finish_run(run: Run) -> TrainingResult:
     step = run.progress.completed_steps
     run.watch.settle(run.accelerator, run.model, step, run.step_loss)
     count_tokens_seen(run)
-    final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
-    run.metrics_log.log(final, step)
-    best, line = choose_best(run.config, run.progress, step, final)
-    if best is not None:
-        run.accelerator.print(f"step {step} evaluation: {format_metrics(final)}")
-    if line:
-        run.accelerator.print(line)
-    if best is not None:
-        load_best(run.accelerator, run.progress, best)
+    if run.evaluated is not None and run.evaluated[0] == step:  # stopped early, at a step just evaluated
+        final = run.evaluated[1]
+    else:
         final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
+        run.metrics_log.log(final, step)
+    final = end_with_best(
+        run.accelerator,
+        run.config,
+        run.progress,
+        run.plan.max_train_steps,
+        final,
+        lambda: run.task.evaluate(run.model, run.eval_loader, run.accelerator),
+    )
     run.accelerator.print(f"final evaluation: {format_metrics(final)}")
     summary = run.task.summary(final)
     if summary:

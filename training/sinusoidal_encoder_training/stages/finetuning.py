@@ -358,7 +358,8 @@ def export(config: FinetuningConfig, result: FinetuningResult) -> None:
         f"`training/finetune.py` of sinusoidal-encoder: {progress.completed_steps:,} optimizer steps, inputs "
         f"truncated to {config.max_length} tokens, AdamW (lr {config.learning_rate:g}, weight decay "
         f"{config.weight_decay} on matrices), {describe_schedule(config)}, global batch "
-        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}.{describe_best(config, progress)}"
+        f"{config.global_batch_size(accelerator.num_processes)}, seed {config.seed}."
+        + describe_best(config, progress, result.max_train_steps)
     )
     if config.config_overrides:
         procedure += f" Config changed from the pretrained model's: `{config.config_overrides}`."

@@ -377,7 +377,7 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
         f"gradient clipping at {config.max_grad_norm}, global batch "
         f"{config.global_batch_size(accelerator.num_processes)} sequences, {accelerator.num_processes} process(es), "
         f"mixed precision {accelerator.mixed_precision}, seed {config.seed}. Trained with `training/pretrain.py` of "
-        f"sinusoidal-encoder.{describe_best(config, progress)}"
+        f"sinusoidal-encoder.{describe_best(config, progress, result.max_train_steps)}"
     )
     export_model(
         accelerator,
