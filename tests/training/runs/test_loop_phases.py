@@ -589,3 +589,13 @@ def test_the_last_steps_weights_stay_when_they_are_the_best_or_the_best_is_gone(
         progress.best_step, progress.best_metric = 2, 0.9
     assert choose_best(config, progress, 4, {"eval_accuracy": last}) == (None, line.format(folder=tmp_path))
     assert describe_best(config, progress, 4) == card
+
+
+def test_an_evaluation_without_the_figure_named_is_one_line_naming_those_it_has(tmp_path):
+    """The configuration checks the figure against the task's declared ones; a model or task of the caller's
+    (`finetune(model_init=...)`, a `TrainingTask` of one's own) is held to the same at its first evaluation."""
+    from sinusoidal_encoder_training.runs.best_model import see_evaluation
+
+    config = TrainingConfig(output_dir=str(tmp_path), **BEST)
+    with pytest.raises(UsageError, match=r"^--metric_for_best_model 'accuracy': this run's evaluation reports loss, "):
+        see_evaluation(config, loop.TrainingProgress(), 1, {"eval_loss": 1.5, "eval_f1": 0.5, "eval_count": 3})

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.runs.checkpoints import checkpoint_damage, checkpoints_dir
 from sinusoidal_encoder_training.runs.metrics_log import format_metrics
+from sinusoidal_encoder_training.runs.progress import TrainingProgress
 from sinusoidal_encoder_training.tasks.task import greater_is_better
 
 if TYPE_CHECKING:
@@ -43,13 +44,13 @@ def figure(config: TrainingConfig, evaluation: dict[str, Any]) -> float:
     if not isinstance(value, (int, float)):
         reported = ", ".join(key.removeprefix("eval_") for key, v in evaluation.items() if isinstance(v, float))
         raise UsageError(
-            f"--metric_for_best_model {config.metric_for_best_model!r}: this run's evaluation reports {reported}; "
-            "choose one of them."
+            f"--metric_for_best_model {config.best_metric.removeprefix('eval_')!r}: this run's evaluation reports "
+            f"{reported}; choose one of them."
         )
     return float(value)
 
 
-def see_evaluation(config: TrainingConfig, progress: Any, step: int, evaluation: dict[str, Any]) -> None:
+def see_evaluation(config: TrainingConfig, progress: TrainingProgress, step: int, evaluation: dict[str, Any]) -> None:
     """With --load_best_model_at_end, the evaluation of step `step` made the run's best (`progress.best_step`,
     `progress.best_metric`) when it beats the best so far; `progress.evaluations_without_improvement` counted for
     --early_stopping_patience (back to 0 when it beats the best by more than --early_stopping_threshold)."""
@@ -66,7 +67,7 @@ def see_evaluation(config: TrainingConfig, progress: Any, step: int, evaluation:
     progress.evaluations_without_improvement = 0 if improved_enough else progress.evaluations_without_improvement + 1
 
 
-def patience_spent(config: TrainingConfig, progress: Any) -> bool:
+def patience_spent(config: TrainingConfig, progress: TrainingProgress) -> bool:
     """Whether --early_stopping_patience evaluations in a row have not improved: the run trains no further."""
     patience = config.early_stopping_patience
     return patience is not None and progress.evaluations_without_improvement >= patience
@@ -75,7 +76,7 @@ def patience_spent(config: TrainingConfig, progress: Any) -> bool:
 def end_with_best(
     accelerator: Accelerator,
     config: TrainingConfig,
-    progress: Any,
+    progress: TrainingProgress,
     max_train_steps: int,
     final: dict[str, Any],
     evaluate: Callable[[], dict[str, Any]],
@@ -101,7 +102,9 @@ def end_with_best(
     return evaluate()
 
 
-def choose_best(config: TrainingConfig, progress: Any, step: int, final: dict[str, Any]) -> tuple[str | None, str]:
+def choose_best(
+    config: TrainingConfig, progress: TrainingProgress, step: int, final: dict[str, Any]
+) -> tuple[str | None, str]:
     """At the end of a run with --load_best_model_at_end, after the last step's evaluation `final`: the checkpoint
     to load (when an earlier evaluation is the best and its checkpoint is whole; None when the last step's weights
     stay: the best, no evaluation a number, or the best's checkpoint gone), and the line that says which ("" without
@@ -131,7 +134,7 @@ def choose_best(config: TrainingConfig, progress: Any, step: int, final: dict[st
     )
 
 
-def load_best(accelerator: Accelerator, progress: Any, checkpoint: str) -> None:
+def load_best(accelerator: Accelerator, progress: TrainingProgress, checkpoint: str) -> None:
     """The model's weights from `checkpoint`, through accelerate's own `load_state` (as a resume loads them, whatever
     the processes and their sharding); the run's progress stays where the run ended."""
     ended = progress.state_dict()
@@ -139,7 +142,7 @@ def load_best(accelerator: Accelerator, progress: Any, checkpoint: str) -> None:
     progress.load_state_dict(ended)
 
 
-def describe_best(config: TrainingConfig, progress: Any, max_train_steps: int) -> str:
+def describe_best(config: TrainingConfig, progress: TrainingProgress, max_train_steps: int) -> str:
     """The card's sentences on a run stopped early and on the weights kept with --load_best_model_at_end ("" without
     it)."""
     said = ""
