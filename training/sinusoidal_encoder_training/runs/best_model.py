@@ -80,10 +80,12 @@ def end_with_best(
     max_train_steps: int,
     final: dict[str, Any],
     evaluate: Callable[[], dict[str, Any]],
+    shown: bool = False,
 ) -> dict[str, Any]:
-    """After the last step's evaluation `final`: a line when the run stopped early; with --load_best_model_at_end,
-    the best evaluation's weights loaded when they are not the last step's (`choose_best`, `load_best`) and
-    evaluated again (`evaluate()`), each said in a line. Returns the evaluation of the weights the run ends with."""
+    """After the last step's evaluation `final` (`shown`: printed already, as an evaluation during training): a line
+    when the run stopped early; with --load_best_model_at_end, the best evaluation's weights loaded when they are not
+    the last step's (`choose_best`, `load_best`) and evaluated again (`evaluate()`), each said in a line. Returns the
+    evaluation of the weights the run ends with."""
     step = progress.completed_steps
     if patience_spent(config, progress) and step < max_train_steps:
         accelerator.print(
@@ -92,7 +94,7 @@ def end_with_best(
             f"{config.early_stopping_patience})"
         )
     best, line = choose_best(config, progress, step, final)
-    if best is not None:
+    if best is not None and not shown:
         accelerator.print(f"step {step} evaluation: {format_metrics(final)}")
     if line:
         accelerator.print(line)

@@ -469,7 +469,8 @@ def finish_run(run: Run) -> TrainingResult:
     step = run.progress.completed_steps
     run.watch.settle(run.accelerator, run.model, step, run.step_loss)
     count_tokens_seen(run)
-    if run.evaluated is not None and run.evaluated[0] == step:  # stopped early, at a step just evaluated
+    shown = run.evaluated is not None and run.evaluated[0] == step  # stopped early, at a step just evaluated
+    if shown:
         final = run.evaluated[1]
     else:
         final = run.task.evaluate(run.model, run.eval_loader, run.accelerator)
@@ -481,6 +482,7 @@ def finish_run(run: Run) -> TrainingResult:
         run.plan.max_train_steps,
         final,
         lambda: run.task.evaluate(run.model, run.eval_loader, run.accelerator),
+        shown,
     )
     run.accelerator.print(f"final evaluation: {format_metrics(final)}")
     summary = run.task.summary(final)
