@@ -487,7 +487,7 @@ def test_load_best_model_at_end_ends_with_the_weights_of_the_best_evaluation(tmp
 def test_early_stopping_trains_no_further_once_the_patience_is_spent(tmp_path, capsys):
     """--early_stopping_patience 2: the evaluations of steps 3 and 4 (0.7, 0.6) do not improve on step 2's 0.9, so
     the run stops after step 4 of 6, whose evaluation is the last step's (not made again), and ends with step 2's
-    weights; resumed from step 4's checkpoint, it takes no step; the card says so."""
+    weights; resumed from step 4's checkpoint, it takes no step (but for more patience); the card says so."""
     from sinusoidal_encoder_training.runs.best_model import describe_best
 
     settings = {"max_train_steps": 6, "task": ScriptedTask, "early_stopping_patience": 2, **BEST}
@@ -513,6 +513,9 @@ def test_early_stopping_trains_no_further_once_the_patience_is_spent(tmp_path, c
     resumed, train_loader = start(tmp_path, resume_from_checkpoint="latest", **settings)
     resumed.bar.close()
     assert resumed.progress.completed_steps == 4 and list(loop.step_windows(resumed, train_loader, False)) == []
+    more, train_loader = start(tmp_path, resume_from_checkpoint="latest", **{**settings, "early_stopping_patience": 3})
+    more.bar.close()
+    assert next(loop.step_windows(more, train_loader, False))  # with more patience, it trains on
 
 
 @pytest.mark.parametrize(

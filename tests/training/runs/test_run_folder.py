@@ -149,8 +149,15 @@ def test_settings_a_resume_may_change_are_not_differences():
     recorded = {"stage": "pretraining", "settings": {"learning_rate": 1e-3, "max_train_steps": 10, "processes": 1}}
     current = {"stage": "pretraining", "settings": {"learning_rate": 2e-3, "max_train_steps": 20, "processes": 2}}
     assert settings_differences(recorded, current) == ["--learning_rate 0.001 (now 0.002)", "processes 1 (now 2)"]
-    assert {"max_train_steps", "eval_steps", "checkpointing_steps", "output_dir"} <= MAY_CHANGE
+    assert {
+        "max_train_steps",
+        "eval_steps",
+        "checkpointing_steps",
+        "output_dir",
+        "early_stopping_patience",
+    } <= MAY_CHANGE
     assert not {"seed", "per_device_train_batch_size", "learning_rate", "config_overrides"} & MAY_CHANGE
+    assert not {"load_best_model_at_end", "metric_for_best_model"} & MAY_CHANGE  # the best so far is by them
 
 
 def test_a_flag_added_since_a_run_was_recorded_differs_only_when_it_is_on():

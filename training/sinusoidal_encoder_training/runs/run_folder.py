@@ -50,6 +50,8 @@ MAY_CHANGE = frozenset(
         "overwrite_output_dir",
         "max_train_steps",
         "num_train_epochs",
+        "early_stopping_patience",  # how far it trains, too: a run stopped early goes on with more patience
+        "early_stopping_threshold",
         "eval_steps",
         "logging_steps",
         "checkpointing_steps",
