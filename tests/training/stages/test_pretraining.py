@@ -435,6 +435,37 @@ def test_killed_run_resumes_to_the_same_weights_bitwise(tmp_path, small_corpus):
     ]
 
 
+def test_activation_checkpointing_trains_to_the_same_losses(tmp_path, corpus, capsys):
+    """--activation_checkpointing recomputes every layer's activations in the backward pass (non-reentrant: the
+    dropout of the first pass replayed): the run's losses and weights are those of the run without it, and its header
+    says it."""
+    from sinusoidal_encoder_training.stages import pretraining
+
+    results = {}
+    for checkpointing in (False, True):
+        config = tiny_pretraining(
+            corpus,
+            tmp_path / str(checkpointing),
+            max_train_steps=3,
+            config_overrides=TINY + ",hidden_dropout_prob=0.1,attention_probs_dropout_prob=0.1",
+            activation_checkpointing=checkpointing,
+        )
+        result = pretraining.pretrain(config)
+        layers = result.accelerator.unwrap_model(result.model).model.encoder.layers
+        assert all(layer.gradient_checkpointing == checkpointing for layer in layers)
+        results[checkpointing] = result
+    plain, checkpointed = (metrics(tmp_path / name) for name in ("False", "True"))
+    assert [m["train_loss"] for m in checkpointed if "train_loss" in m] == pytest.approx(
+        [m["train_loss"] for m in plain if "train_loss" in m], rel=1e-6
+    )
+    for (name, a), (_, b) in zip(
+        results[False].model.named_parameters(), results[True].model.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5, msg=name)
+    header = "Activation checkpointing = every layer's activations recomputed in the backward pass"
+    assert capsys.readouterr().out.count(header) == 1
+
+
 @pytest.mark.slow
 def test_resume_skips_damaged_checkpoints_for_the_newest_whole_one(tmp_path, corpus, monkeypatch, capsys):
     """A checkpoint is taken only if it is whole (its manifest's files present at their sizes, safetensors readable):

@@ -284,6 +284,14 @@ class TrainingConfig(OutputConfig):
             "says, else 'no'. bf16 also runs on CPUs with bf16 instructions (AVX512-BF16, AMX), where it is faster."
         },
     )
+    activation_checkpointing: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Keep no layer's activations for the backward pass but recompute them there (transformers' "
+            "activation checkpointing, non-reentrant): less memory for the activations, which grow with batch and "
+            "length, for about one more forward pass a step. The same gradients."
+        },
+    )
     torch_compile: bool = dataclasses.field(
         default=False,
         metadata={

@@ -88,16 +88,34 @@ def main_process_first(accelerator: Accelerator, work: Callable[[], T]) -> T:
     return result
 
 
-def prepare_training(accelerator: Accelerator, model, optimizer, train_loader, eval_loader) -> tuple:
-    """`accelerator.prepare` of a run's model, optimizer and loaders (`make_loaders`). A stream's loader comes back
-    as accelerate's `DataLoaderDispatcher`, which drops the DataLoader's own generator: each new iterator of it (a
-    resumed run's first, every evaluation's) then drew its workers' seed from the global RNG, the dropout's, and a
-    resumed run left the uninterrupted one's dropout. Such a loader is given a generator of its own again."""
+def prepare_training(
+    accelerator: Accelerator, config: TrainingConfig, model, optimizer, train_loader, eval_loader
+) -> tuple:
+    """`accelerator.prepare` of a run's model, optimizer and loaders (`make_loaders`), the model's activation
+    checkpointing on first with `--activation_checkpointing`. A stream's loader comes back as accelerate's
+    `DataLoaderDispatcher`, which drops the DataLoader's own generator: each new iterator of it (a resumed run's
+    first, every evaluation's) then drew its workers' seed from the global RNG, the dropout's, and a resumed run left
+    the uninterrupted one's dropout. Such a loader is given a generator of its own again."""
+    if config.activation_checkpointing:
+        enable_activation_checkpointing(model)
     prepared = accelerator.prepare(model, optimizer, train_loader, eval_loader)
     for loader in prepared[2:]:
         if loader.generator is None:
             loader.generator = torch.Generator()
     return prepared
+
+
+def enable_activation_checkpointing(model) -> None:
+    """transformers' activation checkpointing of `model`'s layers, non-reentrant (torch's advice: it works under
+    DDP and torch.compile, and keeps the dropout of the first forward pass): `activation_checkpointing_enable`, or
+    `gradient_checkpointing_enable` where transformers is older. A model without it is one line."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise UsageError(f"--activation_checkpointing: {type(model).__name__} does not support it; leave it out.")
+    arguments = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=arguments)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=arguments)
 
 
 GPU_LOADER_WORKERS = 2  # per process, beside a GPU: batches are built while it steps

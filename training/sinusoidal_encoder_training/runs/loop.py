@@ -285,6 +285,8 @@ def print_header(accelerator: Accelerator, config: TrainingConfig, model, header
     compiled = compile_line(config)
     if compiled:
         accelerator.print(f"  {compiled}")
+    if config.activation_checkpointing:
+        accelerator.print("  Activation checkpointing = every layer's activations recomputed in the backward pass")
     accelerator.print(
         f"  Batch per device = {config.per_device_train_batch_size}, gradient accumulation = "
         f"{config.gradient_accumulation_steps}, global batch = {config.global_batch_size(world)}"

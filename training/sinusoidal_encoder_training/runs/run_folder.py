@@ -64,6 +64,7 @@ MAY_CHANGE = frozenset(
         "per_device_eval_batch_size",
         "dataloader_num_workers",
         "preprocessing_num_workers",
+        "activation_checkpointing",  # the same gradients, in less memory
         "torch_compile",
         "torch_compile_backend",
         "torch_compile_mode",

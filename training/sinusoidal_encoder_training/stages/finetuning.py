@@ -283,7 +283,7 @@ def finetune(
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
-            accelerator, model, optimizer, train_loader, eval_loader
+            accelerator, config, model, optimizer, train_loader, eval_loader
         )
         task = prepared.make_task(generator)
         trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)

@@ -329,7 +329,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
-            accelerator, model, optimizer, train_loader, eval_loader
+            accelerator, config, model, optimizer, train_loader, eval_loader
         )
 
         tokens_per_step = config.global_batch_size(accelerator.num_processes) * config.max_seq_length
