@@ -672,3 +672,34 @@ def test_padding_the_choices_and_windows_of_a_batch_gives_transformers_collators
         assert sorted(got) == sorted(expected)
         for key, tensor in expected.items():
             assert got[key].dtype == tensor.dtype and torch.equal(got[key], tensor), key
+
+
+def test_row_lengths_and_the_padding_of_batches_grouped_by_length():
+    """The tokens of each row read from Arrow (a row of choices: its longest, after a `select`: the rows selected);
+    batches drawn by `length_grouped_sampler` hold rows of similar length: their padding is a fraction of random
+    batches', every row drawn once, the longest first, and the order is the generator's."""
+    import numpy as np
+
+    from sinusoidal_encoder_training.data.batches import (
+        BatchedRows,
+        length_grouped_sampler,
+        padding_share,
+        row_lengths,
+    )
+
+    flat = datasets.Dataset.from_dict({"input_ids": [[1] * 3, [1] * 5, [1] * 2]})
+    assert row_lengths(BatchedRows(flat)).tolist() == [3, 5, 2]
+    assert row_lengths(BatchedRows(flat.select([2, 0]))).tolist() == [2, 3]
+    choices = datasets.Dataset.from_dict({"input_ids": [[[1] * 3, [1] * 7], [[1] * 4, [1] * 2]]})
+    assert row_lengths(BatchedRows(choices)).tolist() == [7, 4]
+    assert padding_share(np.array([2, 4, 3, 3]), [0, 1, 2, 3], 2, None) == pytest.approx(1 - 12 / 14)
+    assert padding_share(np.array([2, 4, 3, 3]), [0, 1, 2, 3], 2, 8) == pytest.approx(1 - 12 / 32)
+
+    lengths = np.random.default_rng(0).integers(4, 200, size=2000)
+    order = list(length_grouped_sampler(lengths, 16, torch.Generator().manual_seed(1)))
+    assert sorted(order) == list(range(2000)) and lengths[order[0]] == lengths.max()
+    shuffled = torch.randperm(2000, generator=torch.Generator().manual_seed(1)).tolist()
+    assert padding_share(lengths, order, 16, None) < padding_share(lengths, shuffled, 16, None) / 5
+    again = list(length_grouped_sampler(lengths, 16, torch.Generator().manual_seed(1)))
+    other = list(length_grouped_sampler(lengths, 16, torch.Generator().manual_seed(2)))
+    assert again == order and other != order

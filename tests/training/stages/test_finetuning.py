@@ -247,10 +247,12 @@ def test_token_labels_go_to_the_first_piece_of_each_word(tokenizer):
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly(tmp_path, pretrained):
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_resume_continues_exactly(tmp_path, pretrained, group_by_length, capsys):
     """A resumed run ends with the uninterrupted run's weights, both reading through two DataLoader workers kept
     from one epoch to the next: the order of every epoch is the same whether its iterator is the workers' first or
-    not (a resume's is new). 5 batches in steps of 2: each epoch ends in a step of one batch, the checkpoint's."""
+    not (a resume's is new). 5 batches in steps of 2: each epoch ends in a step of one batch, the checkpoint's. So
+    with batches grouped by length (--group_by_length), whose sampler the task reseeds every epoch as well."""
     rows = [{"text": s, "label": ["neg", "pos", "mid"][i % 3]} for i, s in enumerate(SENTENCES * 5)]
     train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:6])
     common = dict(
@@ -261,9 +263,11 @@ def test_resume_continues_exactly(tmp_path, pretrained):
         checkpointing_steps=3,
         gradient_accumulation_steps=2,
         dataloader_num_workers=2,
+        group_by_length=group_by_length,
     )
     run_finetune(**common, output_dir=str(tmp_path / "a"))
     assert len({line["epoch"] for line in metrics(tmp_path / "a") if "epoch" in line}) >= 2
+    assert ("  Batches = grouped by length: " in capsys.readouterr().out) == group_by_length
     checkpoint = str(tmp_path / "a" / "checkpoints" / "step_3")
     run_finetune(**common, output_dir=str(tmp_path / "b"), resume_from_checkpoint=checkpoint)
     a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))

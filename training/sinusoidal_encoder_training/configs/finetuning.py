@@ -143,6 +143,15 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
     max_eval_samples: int | None = dataclasses.field(
         default=None, metadata={"help": "Evaluate on N evaluation examples drawn at random (seeded by --seed)."}
     )
+    group_by_length: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "Draw each training batch from examples of similar length (transformers' LengthGroupedSampler, "
+            "Trainer's group_by_length): random groups of 50 steps' examples, each sorted by length, so that batches "
+            "padded to their longest row carry less padding; the run's header says how much. The order still "
+            "changes every epoch."
+        },
+    )
     baselines: bool = dataclasses.field(
         default=False,
         metadata={

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import datasets
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
@@ -237,6 +238,42 @@ class BatchedRows(torch.utils.data.Dataset):
     def __getitems__(self, indices: list[int]) -> pa.Table:
         table = take_rows(self.dataset, indices)
         return table if table is not None else self.tables[indices]
+
+
+def row_lengths(rows: BatchedRows) -> np.ndarray:
+    """(N,) the tokens of each row of a tokenised split (`input_ids`; a row of several token lists, the choices of
+    multiple choice: its longest), read as Arrow lengths, no Python object per row."""
+    column = rows.dataset.with_format("arrow")[:]["input_ids"].combine_chunks()
+    if pa.types.is_list(column.type.value_type) or pa.types.is_large_list(column.type.value_type):
+        inner = pc.list_value_length(pc.list_flatten(column)).to_numpy(zero_copy_only=False)
+        longest = np.zeros(len(column), dtype=np.int64)
+        np.maximum.at(longest, pc.list_parent_indices(column).to_numpy(zero_copy_only=False), inner)
+        return longest
+    return pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def length_grouped_sampler(lengths: np.ndarray, batch_size: int, generator: torch.Generator):
+    """transformers' `LengthGroupedSampler` (Trainer's `group_by_length`) over rows of `lengths`: a random order
+    drawn from `generator` (reseeded by the task every epoch, as the random sampler it replaces), cut into groups of
+    50 batches of `batch_size` (fewer for a small set), each sorted by length, longest first, and the longest batch
+    first of all (an out-of-memory shows at once)."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    return LengthGroupedSampler(batch_size, lengths=lengths.tolist(), generator=generator)
+
+
+def padding_share(lengths: np.ndarray, order: list[int], batch_size: int, multiple: int | None) -> float:
+    """The share of padding among the tokens of batches of `batch_size` rows taken in `order`, each padded to its
+    longest row (rounded up to `multiple`), as `PaddingCollator` pads them."""
+    real = padded = 0
+    for start in range(0, len(order), batch_size):
+        batch = lengths[order[start : start + batch_size]]
+        longest = int(batch.max())
+        if multiple:
+            longest = -(-longest // multiple) * multiple
+        real += int(batch.sum())
+        padded += longest * len(batch)
+    return 1 - real / max(padded, 1)
 
 
 # what each padded column is filled with past a row's end (the ids: the tokenizer's padding token)

@@ -43,6 +43,7 @@ from sinusoidal_encoder_training.cli.command_line import (
     quiet_loading,
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
+from sinusoidal_encoder_training.data.batches import length_grouped_sampler, padding_share, row_lengths
 from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, validation_split
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
@@ -236,6 +237,24 @@ def read_and_prepare(
     return raw, recipe.prepare(config, raw, tokenizer, model_config)
 
 
+def group_by_length(config: FinetuningConfig, train, generator: torch.Generator, processes: int) -> tuple[Any, str]:
+    """--group_by_length: the training sampler (`data.batches.length_grouped_sampler`, its batches a step's examples
+    over every process) and the header's line on what it saves: the share of padding in an epoch's batches drawn so
+    and drawn at random, both in the order of the seed's first epoch."""
+    lengths = row_lengths(train)
+    step = config.global_batch_size(processes)
+    sampler = length_grouped_sampler(lengths, step, generator)
+    drawn = torch.Generator().manual_seed(config.seed)
+    grouped = list(length_grouped_sampler(lengths, step, drawn))
+    shuffled = torch.randperm(len(lengths), generator=drawn.manual_seed(config.seed)).tolist()
+    batch, multiple = config.per_device_train_batch_size, config.pad_to_multiple_of
+    line = (
+        f"Batches = grouped by length: {padding_share(lengths, grouped, batch, multiple):.0%} of their tokens "
+        f"padding ({padding_share(lengths, shuffled, batch, multiple):.0%} drawn at random)"
+    )
+    return sampler, line
+
+
 def finetune(
     config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
 ) -> FinetuningResult:
@@ -276,10 +295,21 @@ def finetune(
             model, header = model_init(model_config), prepared.header
 
         generator = torch.Generator()
+        sampler = None
+        if config.group_by_length:
+            sampler, line = group_by_length(config, prepared.train, generator, accelerator.num_processes)
+            header = [*header, line]
         # every example trained on in every epoch, as with transformers' Trainer: the last, smaller batch is a
         # step of its own (its loss a mean over its own units), and a set smaller than a batch trains at all
         train_loader, eval_loader = make_loaders(
-            config, prepared.train, prepared.validation, generator, prepared.collate, prepared.collate, drop_last=False
+            config,
+            prepared.train,
+            prepared.validation,
+            generator,
+            prepared.collate,
+            prepared.collate,
+            sampler,
+            drop_last=False,
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
