@@ -239,8 +239,8 @@ def read_and_prepare(
 
 def group_by_length(config: FinetuningConfig, train, generator: torch.Generator, processes: int) -> tuple[Any, str]:
     """--group_by_length: the training sampler (`data.batches.length_grouped_sampler`, its batches a step's examples
-    over every process) and the header's line on what it saves: the share of padding in an epoch's batches drawn so
-    and drawn at random, both in the order of the seed's first epoch."""
+    over every process) and the header's line on what it saves: the share of padding among the tokens of an epoch's
+    batches grouped by length, and of batches drawn at random (each drawn as with the run's seed)."""
     lengths = row_lengths(train)
     step = config.global_batch_size(processes)
     sampler = length_grouped_sampler(lengths, step, generator)
