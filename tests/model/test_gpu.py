@@ -1,6 +1,6 @@
 """The paths that need CUDA: torch's and flash-attn's variable-length kernels against sdpa (outputs and gradients),
-bf16 training and save/load, `accelerate launch` with the shipped single-GPU configuration (a kill and an exact
-resume), the multi-GPU and FSDP configurations, and FSDP checkpoint + resume.
+activation checkpointing over them, bf16 training and save/load, `accelerate launch` with the shipped single-GPU
+configuration (a kill and an exact resume), the multi-GPU and FSDP configurations, and FSDP checkpoint + resume.
 
 Run them with `bash scripts/test_gpu.sh RESULTS_DIR` on a machine with a GPU (the multi-GPU and FSDP tests need
 two). Without CUDA every test here skips, with the reason; the CPU suite covers the rest (the packed layout and the
@@ -171,6 +171,34 @@ def test_training_with_attention_dropout_runs_the_flash_kernel_on_packed_sequenc
         loss.backward()
     assert calls == [0.1] * config.num_hidden_layers and torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_activation_checkpointing_gives_the_plain_steps_gradients_on_the_fast_paths():
+    """--activation_checkpointing on CUDA, where the layers run the packed kernels and attention dropout goes
+    through the flash kernel, whose random draws the recomputation must replay (torch's checkpoint restores the CUDA
+    generator): the loss and the gradients of the same bf16 step without it."""
+    from sinusoidal_encoder_training.runs.accelerator import enable_activation_checkpointing
+
+    config = tiny_config(hidden_size=128, num_attention_heads=4, intermediate_size=256, num_labels=3)
+    config.attention_probs_dropout_prob = config.hidden_dropout_prob = 0.1
+    model = se.SinusoidalEncoderForSequenceClassification(config).to(device="cuda", dtype=torch.bfloat16).train()
+    ids, mask = (tensor.cuda() for tensor in padded_batch(batch=4, length=48))
+    labels = torch.tensor([0, 1, 2, 0], device="cuda")
+
+    def step() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        torch.manual_seed(7)  # the same dropout in both steps (it seeds CUDA's generator too)
+        loss = model(ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    plain_loss, plain = step()
+    enable_activation_checkpointing(model)
+    assert all(layer.gradient_checkpointing for layer in model.model.encoder.layers)
+    loss, checkpointed = step()
+    assert torch.equal(loss, plain_loss) and plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], msg=name)
 
 
 class SyncWarnings:
