@@ -287,7 +287,7 @@ class TrainingConfig(OutputConfig):
     activation_checkpointing: bool = dataclasses.field(
         default=False,
         metadata={
-            "help": "Keep no layer's activations for the backward pass but recompute them there (transformers' "
+            "help": "Keep only each layer's input for the backward pass and recompute the rest there (transformers' "
             "activation checkpointing, non-reentrant): less memory for the activations, which grow with batch and "
             "length, for about one more forward pass a step. The same gradients."
         },
