@@ -204,6 +204,12 @@ def test_the_command_line_refuses_what_argparse_can_tell_in_one_line(argv, capsy
             ["--output_dir", "o", "--max_train", "3"],
             "unrecognized arguments: --max_train (did you mean --max_train_steps?)",
         ),
+        # a flag of other commands is named as theirs (pretraining packs its blocks: no lengths to group)
+        (
+            ["--output_dir", "o", "--group_by_length", "--task", "x"],
+            "unrecognized arguments: --group_by_length (a flag of finetune, not of this command), --task (a flag "
+            "of export-onnx and finetune, not of this command);",
+        ),
     ],
 )
 def test_a_misspelt_flag_is_named_with_the_closest_flag(argv, line, capsys):

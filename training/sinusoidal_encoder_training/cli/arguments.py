@@ -392,13 +392,34 @@ class ConfigParser(argparse.ArgumentParser):
             candidates = [flag for flag in self.flags() if flag != "--help"]
             named = []
             for flag in unknown:
+                owners = self.other_commands_with(flag)
                 guess = difflib.get_close_matches(flag, candidates, n=1)
-                named.append(f"{flag} (did you mean {guess[0]}?)" if guess else flag)
+                if owners:
+                    commands = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
+                    named.append(f"{flag} (a flag of {commands}, not of this command)")
+                else:
+                    named.append(f"{flag} (did you mean {guess[0]}?)" if guess else flag)
             message = "unrecognized arguments: " + ", ".join(named)
         self.exit(2, f"{self.prog}: error: {message}; {self.prog} --help lists the flags.\n")
 
     def flags(self) -> list[str]:
         return [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+
+    def other_commands_with(self, flag: str) -> list[str]:
+        """The other commands of the package that take `flag` (`--group_by_length` given to pretrain: finetune), from
+        the table of commands (imported here: it imports the configurations, and they this module)."""
+        from sinusoidal_encoder_training.cli.commands import COMMANDS
+
+        name = flag.removeprefix("--")
+        return [
+            command
+            for command, entry in COMMANDS.items()
+            if entry.config is not self.config_class
+            and any(
+                field.name == name and not field.metadata.get("positional")
+                for field in dataclasses.fields(entry.config)
+            )
+        ]
 
     def unknown_flags(self, argv: list[str]) -> list[str]:
         """The `--name` words of `argv` that name no flag (no abbreviation is taken: a flag added later would make
