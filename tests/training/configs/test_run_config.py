@@ -213,8 +213,10 @@ def test_the_command_line_refuses_what_argparse_can_tell_in_one_line(argv, capsy
     ],
 )
 def test_a_misspelt_flag_is_named_with_the_closest_flag(argv, line, capsys):
-    with pytest.raises(SystemExit):
-        parse_config(PretrainingConfig, argv)
+    from sinusoidal_encoder_training.cli.commands import flags_elsewhere
+
+    with pytest.raises(SystemExit):  # as the command runs it (`console`): with the other commands' flags
+        parse_config(PretrainingConfig, argv, elsewhere=flags_elsewhere(PretrainingConfig))
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and line in err, err
 

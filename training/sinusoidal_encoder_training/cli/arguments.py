@@ -17,7 +17,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, NoReturn, TypeVar
 
 from sinusoidal_encoder_training.cli.command_line import UsageError, first_process_of_machine, leave_it_to_the_first
@@ -348,11 +348,19 @@ class ConfigParser(argparse.ArgumentParser):
     `"positional": True` is a positional argument. Built with argparse alone: no library is imported to answer
     `--help`."""
 
-    def __init__(self, config_class: type[FlagConfig], description: str | None = None):
+    def __init__(
+        self,
+        config_class: type[FlagConfig],
+        description: str | None = None,
+        elsewhere: Mapping[str, Collection[str]] | None = None,
+    ):
         super().__init__(
             description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
         )
         self.config_class = config_class
+        self.elsewhere = (
+            elsewhere or {}
+        )  # the flags of the other commands, by command: an unknown flag is named theirs
         hints = typing.get_type_hints(config_class)
         fields = [field for field in dataclasses.fields(config_class) if field.init]
         owners = {  # the class that first declares each field (a redeclared default keeps its section)
@@ -406,20 +414,8 @@ class ConfigParser(argparse.ArgumentParser):
         return [option for action in self._actions for option in action.option_strings if option.startswith("--")]
 
     def other_commands_with(self, flag: str) -> list[str]:
-        """The other commands of the package that take `flag` (`--group_by_length` given to pretrain: finetune), from
-        the table of commands (imported here: it imports the configurations, and they this module)."""
-        from sinusoidal_encoder_training.cli.commands import COMMANDS
-
-        name = flag.removeprefix("--")
-        return [
-            command
-            for command, entry in COMMANDS.items()
-            if entry.config is not self.config_class
-            and any(
-                field.name == name and not field.metadata.get("positional")
-                for field in dataclasses.fields(entry.config)
-            )
-        ]
+        """The other commands that take `flag` (`--group_by_length` given to pretrain: finetune), of `elsewhere`."""
+        return [command for command, flags in self.elsewhere.items() if flag.removeprefix("--") in flags]
 
     def unknown_flags(self, argv: list[str]) -> list[str]:
         """The `--name` words of `argv` that name no flag (no abbreviation is taken: a flag added later would make
@@ -435,13 +431,19 @@ class ConfigParser(argparse.ArgumentParser):
 
 
 def parse_config(
-    config_class: type[ConfigT], argv: list[str] | None = None, description: str | None = None
+    config_class: type[ConfigT],
+    argv: list[str] | None = None,
+    description: str | None = None,
+    elsewhere: Mapping[str, Collection[str]] | None = None,
 ) -> ConfigT:
     """The configuration of a command line (`sys.argv[1:]` by default), checked: a bad value raises the
     `UsageError` of the configuration's `__post_init__`, which names the flag; what argparse itself refuses (an
-    unknown flag, a value of the wrong type or outside the choices) stops with one line (`ConfigParser.error`).
-    `description` heads `--help` (default: the configuration's docstring)."""
+    unknown flag, a value of the wrong type or outside the choices) stops with one line (`ConfigParser.error`; an
+    unknown flag that another command takes, by `elsewhere`, the flags of each: named as theirs). `description`
+    heads `--help` (default: the configuration's docstring)."""
     parser = ConfigParser(
-        config_class, inspect.cleandoc(config_class.__doc__ or "") if description is None else description
+        config_class,
+        inspect.cleandoc(config_class.__doc__ or "") if description is None else description,
+        elsewhere,
     )
     return parser.parse_config(argv)

@@ -12,6 +12,7 @@ reads it without the package's dependencies, and `--help` answers before torch i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 
@@ -38,6 +39,16 @@ def gather_commands() -> dict[str, CommandEntry]:
 
 
 COMMANDS = gather_commands()
+
+
+def flags_elsewhere(config_class: type) -> dict[str, set[str]]:
+    """The flags (field names) of every command but the one of `config_class`, by command: what its command line
+    names an unknown flag by (`arguments.parse_config(elsewhere=...)`)."""
+    return {
+        name: {field.name for field in dataclasses.fields(entry.config) if not field.metadata.get("positional")}
+        for name, entry in COMMANDS.items()
+        if entry.config is not config_class
+    }
 
 
 def console_scripts() -> list[str]:

@@ -13,7 +13,7 @@ import os
 
 from sinusoidal_encoder_training.cli.arguments import FlagConfig, parse_config
 from sinusoidal_encoder_training.cli.command_line import UsageError, front
-from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX
+from sinusoidal_encoder_training.cli.commands import COMMANDS, SCRIPT_PREFIX, flags_elsewhere
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Command:
                     f"accelerate launch ({SCRIPT_PREFIX}{self.name} ..., or its script in training/).",
                     shared=True,
                 )
-            config = parse_config(self.config_class, argv)
+            config = parse_config(self.config_class, argv, elsewhere=flags_elsewhere(self.config_class))
             importlib.import_module(f"sinusoidal_encoder_training.{self.module}").run(config)
 
 
