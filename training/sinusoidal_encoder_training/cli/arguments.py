@@ -358,9 +358,8 @@ class ConfigParser(argparse.ArgumentParser):
             description=description, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
         )
         self.config_class = config_class
-        self.elsewhere = (
-            elsewhere or {}
-        )  # the flags of the other commands, by command: an unknown flag is named theirs
+        # the flags of the other commands, by command: an unknown flag one of them takes is named as theirs
+        self.elsewhere = elsewhere or {}
         hints = typing.get_type_hints(config_class)
         fields = [field for field in dataclasses.fields(config_class) if field.init]
         owners = {  # the class that first declares each field (a redeclared default keeps its section)
