@@ -14,7 +14,10 @@ with the reason: `<!-- not run: needs a GPU -->`. Every other Python or shell bl
   shows);
 - every block gets `HF_HUB_OFFLINE=1`, `HF_DATASETS_OFFLINE=1`, `OMP_NUM_THREADS=1`, `TOKENIZERS_PARALLELISM=false`,
   `MPLBACKEND=Agg`, a code cache of its page (`HF_MODULES_CACHE`), and a PATH that starts with this interpreter's
-  folder (`python` is the virtual environment's; the console scripts are found).
+  folder (`python` is the virtual environment's; the console scripts are found);
+- a page's Python programs (its Python blocks, and the `python` and console-script commands of its shell blocks)
+  start warm: forked, as a fresh interpreter would run them, from one that imported torch, transformers, datasets
+  and accelerate once for the page (tests/repository/warm_python.py; `DOCS_FRESH_PYTHON=1` starts each fresh).
 
 A block for a program that pins other libraries than the package's (Infinity and Optimum pin transformers 4.x)
 names the environment it runs in on the line before its fence, a folder of the checkout that a setup script makes:
@@ -33,11 +36,13 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -148,7 +153,7 @@ def block_environment(work: Path, modules_cache: Path) -> dict[str, str]:
 
 
 def run_block(block: Block, work: Path, environment: dict[str, str]) -> subprocess.CompletedProcess:
-    python = Path(sys.executable)
+    python = Path(shutil.which("python", path=environment["PATH"]))  # this interpreter, or the warm one's client
     if block.environment is not None:  # its own interpreter, and its programs first on PATH
         python = REPO / block.environment / "bin" / "python"
         environment = {**environment, "PATH": os.pathsep.join([str(python.parent), environment["PATH"]])}
@@ -345,19 +350,20 @@ def test_code_blocks_run(page, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     stand_in_for_the_repository(work)
-    environment = block_environment(work, tmp_path / "hf_modules")
-    for block in fenced_blocks(REPO / page):
-        if not block.runs:
-            continue
+    blocks = [block for block in fenced_blocks(REPO / page) if block.runs]
+    for block in blocks:
         if block.environment is not None and not (REPO / block.environment / "bin" / "python").exists():
             pytest.skip(f"{block.where()} runs in {block.environment}, which is not here (see its setup script)")
-        proc = run_block(block, work, environment)
-        if proc.returncode != 0:
-            shown = "".join(f"    {line}\n" for line in block.code.splitlines())
-            pytest.fail(
-                f"the {block.language} block at {block.where()} exits with status {proc.returncode}:\n{shown}"
-                f"--- stdout (end)\n{proc.stdout[-3000:]}\n--- stderr (end)\n{proc.stderr[-6000:]}\n"
-                "(a block that cannot run here gets `<!-- not run: REASON -->` on the line before its fence; "
-                f"its page's folder: DOCS_TMP={shlex.quote(str(work))})",
-                pytrace=False,
-            )
+    with warm_python.server(block_environment(work, tmp_path / "hf_modules"), work, tmp_path / "warm") as environment:
+        for block in blocks:
+            proc = run_block(block, work, environment)
+            if proc.returncode != 0:
+                shown = "".join(f"    {line}\n" for line in block.code.splitlines())
+                pytest.fail(
+                    f"the {block.language} block at {block.where()} exits with status {proc.returncode}:\n{shown}"
+                    f"--- stdout (end)\n{proc.stdout[-3000:]}\n--- stderr (end)\n{proc.stderr[-6000:]}\n"
+                    "(a block that cannot run here gets `<!-- not run: REASON -->` on the line before its fence; "
+                    f"its page's folder: DOCS_TMP={shlex.quote(str(work))}; DOCS_FRESH_PYTHON=1 starts each "
+                    "program fresh, tests/repository/warm_python.py)",
+                    pytrace=False,
+                )
