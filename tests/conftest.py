@@ -37,6 +37,34 @@ import sinusoidal_encoder as se  # noqa: E402
 if WORKER:
     torch.set_num_threads(1)
 
+# Test modules whose tests share a costly module-scoped fixture (a training run, an environment, an export): under
+# pytest-xdist all the tests of each go to one worker, which makes the fixture once; every other test is sent on its
+# own. (What xdist's `--dist loadgroup` does from `xdist_group` marks, which pytest 9.2 ignores: pytest-xdist#1386.)
+ONE_WORKER_MODULES = (
+    "tests/lab/test_deployment.py",  # `run`: a deployment benchmark of ours and BERT
+    "tests/model/test_serving.py",  # `folders`: exports for Infinity and Optimum
+    "tests/repository/test_packaging.py",  # `wheel`, `installed`: a built wheel in a fresh environment
+    "tests/training/runs/test_fsdp_cpu.py",  # `runs`: sharded two-process runs
+    "tests/training/stages/test_model_evaluation.py",  # `pretrained_run`
+    "tests/training/stages/test_sentence_embeddings.py",  # `distilled`: a distillation, killed and resumed
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's default scheduling (`--dist load`, each test on its own), but for the modules of ONE_WORKER_MODULES,
+    each one unit of work; those go first (xdist's scheduler starts with the largest units)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return OneWorkerModules(config, log)
+
+
 aten = torch.ops.aten
 
 VOCAB_SIZE = 99

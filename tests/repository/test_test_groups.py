@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import REPO
+from conftest import ONE_WORKER_MODULES, REPO
 
 TESTS = REPO / "tests"
 # each group folder: the package (or subpackages' root) it mirrors; None for a group that is no package
@@ -46,3 +46,10 @@ def test_the_test_files_names_are_unique_and_no_folder_is_a_package():
     names = Counter(path.name for path in TESTS.rglob("*.py"))
     assert not [name for name, count in names.items() if count > 1]
     assert not list(TESTS.rglob("__init__.py"))
+
+
+def test_the_modules_sent_to_one_worker_exist_and_share_a_module_fixture():
+    """conftest.ONE_WORKER_MODULES: each a test module that makes a module-scoped fixture for its tests."""
+    for module in ONE_WORKER_MODULES:
+        assert (REPO / module).is_file(), f"conftest.ONE_WORKER_MODULES names {module}, which does not exist"
+        assert '@pytest.fixture(scope="module")' in (REPO / module).read_text(), f"{module} has no module fixture"

@@ -256,8 +256,12 @@ def server(environment: dict[str, str], cwd: Path, folder: Path, modules: tuple[
     blocks run in (the launchers' folder first on PATH, the server's address). The launchers and the server's log
     (server.log) go into `folder`. Yields `environment` as it is (no server) under DOCS_FRESH_PYTHON=1, or where the
     socket's path would be too long."""
+    if os.environ.get("DOCS_FRESH_PYTHON") == "1":
+        yield environment
+        return
     address = Path(tempfile.mkdtemp(prefix="warm-")) / "socket"
-    if os.environ.get("DOCS_FRESH_PYTHON") == "1" or len(str(address)) > MAX_SOCKET_PATH:
+    if len(str(address)) > MAX_SOCKET_PATH:
+        address.parent.rmdir()
         yield environment
         return
     folder.mkdir(parents=True, exist_ok=True)
