@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from transformers import AutoConfig
 
 from sinusoidal_encoder_training.cli.command_line import UsageError
 from sinusoidal_encoder_training.configs import FinetuningConfig
+from sinusoidal_encoder_training.data.batches import longest_first, row_lengths
 from sinusoidal_encoder_training.evaluation.metrics import squad_scores
 from sinusoidal_encoder_training.stages import finetuning
 from sinusoidal_encoder_training.tasks import registry
@@ -396,3 +398,43 @@ def test_a_task_flag_is_refused_by_the_tasks_that_do_not_read_it(task, flag, pre
         return
     with pytest.raises(UsageError, match=rf"^--{flag} is for {' and '.join(reading(flag))}, not {task}\.$"):
         FinetuningConfig(**settings, **{flag: TASK_FLAGS[flag]})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", FINETUNED)
+def test_evaluation_batches_longest_first_give_the_figures_of_the_splits_order(pretrained, task, tmp_path, capsys):
+    """--group_by_length evaluates longest first, as transformers' Trainer groups its evaluation batches too: every
+    figure of every task is the one an evaluation in the split's order gives (question answering maps its windows
+    back through the order), but question answering's loss, whose softmax spans a window's padded positions, as
+    BERT's does (`sinusoidal_encoder.losses.answer_span_loss`); the header says what it saves of the padding."""
+    files = task.replace("-", "_")
+    config = finetuning.FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        train_file=str(EXAMPLES / f"{files}.jsonl"),
+        validation_file=str(EXAMPLES / f"{files}_validation.jsonl"),
+        output_dir=str(tmp_path / "out"),
+        max_train_steps=2,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=3,  # the last evaluation batch is partial
+        max_length=32,
+        group_by_length=True,
+        **({"doc_stride": 8} if "doc_stride" in TASKS[task].flag_names else {}),
+    )
+    result = finetuning.finetune(config)
+    said = r"Evaluation batches = longest first: (\d+)% of their tokens padding \((\d+)% in the split's order\)"
+    line = re.search(said, capsys.readouterr().out)
+    assert line and int(line[1]) <= int(line[2]), line
+    lengths = row_lengths(result.prepared.validation)
+    order = longest_first(lengths)
+    assert sorted(order) == list(range(len(lengths))) and list(lengths[order]) == sorted(lengths, reverse=True)
+    in_order = torch.utils.data.DataLoader(
+        result.prepared.validation, batch_size=3, collate_fn=result.prepared.collate
+    )
+    task_of_split = result.prepared.make_task(torch.Generator())  # evaluation_order None: the split's order
+    expected = task_of_split.evaluate(result.model, result.accelerator.prepare(in_order), result.accelerator)
+    assert expected.keys() <= result.metrics.keys()
+    padding_counts = {"eval_loss"} if task == "question-answering" else set()
+    assert expected.keys() - padding_counts  # figures compared
+    for name in expected.keys() - padding_counts:
+        assert result.metrics[name] == pytest.approx(expected[name], rel=1e-6, abs=1e-9), name

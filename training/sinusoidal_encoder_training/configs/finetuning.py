@@ -149,7 +149,7 @@ class FinetuningConfig(DataConfig, LanguageConfig, TaskDataConfig, TrainingConfi
             "help": "Draw each training batch from examples of similar length (transformers' LengthGroupedSampler, "
             "Trainer's group_by_length): random groups of 50 steps' examples, each sorted by length, so that batches "
             "padded to their longest row carry less padding; the run's header says how much. The order still "
-            "changes every epoch."
+            "changes every epoch. Evaluation batches are grouped too: the validation split longest example first."
         },
     )
     baselines: bool = dataclasses.field(

@@ -262,6 +262,11 @@ def length_grouped_sampler(lengths: np.ndarray, batch_size: int, generator: torc
     return LengthGroupedSampler(batch_size, lengths=lengths.tolist(), generator=generator)
 
 
+def longest_first(lengths: np.ndarray) -> list[int]:
+    """The rows' positions, the longest row first (ties in their order): batches of rows of similar lengths."""
+    return np.argsort(-lengths, kind="stable").tolist()
+
+
 def padding_share(lengths: np.ndarray, order: list[int], batch_size: int, multiple: int | None) -> float:
     """The share of padding among the tokens of batches of `batch_size` rows taken in `order`, each padded to its
     longest row (rounded up to `multiple`), as `PaddingCollator` pads them."""

@@ -30,12 +30,13 @@ def make_loaders(
     train_sampler: torch.utils.data.Sampler | None = None,
     *,
     drop_last: bool,
+    eval_order: list[int] | None = None,
 ) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
     """The training loader (its order a permutation drawn from `generator`, which the task reseeds every epoch,
     unless the set is a stream; or that of `train_sampler`, over that generator; the last partial batch of an epoch
-    dropped if `drop_last`, else a batch of its own) and the evaluation loader (every example), of the config's batch
-    sizes, with the workers, their persistence and page-locked memory of `loader_settings`; `accelerator.prepare`
-    them with the model.
+    dropped if `drop_last`, else a batch of its own) and the evaluation loader (every example, in the split's order
+    or in that of `eval_order`, their positions), of the config's batch sizes, with the workers, their persistence
+    and page-locked memory of `loader_settings`; `accelerator.prepare` them with the model.
 
     The loaders' own draws (the seed of their workers, at every new iterator) come from generators of their own:
     neither the order nor the global RNG (dropout) depends on how many iterators a run made, which differs between
@@ -54,6 +55,7 @@ def make_loaders(
     eval_loader = torch.utils.data.DataLoader(
         eval_set,
         batch_size=config.per_device_eval_batch_size,
+        sampler=eval_order,
         generator=torch.Generator(),
         collate_fn=eval_collate,
         **loader_settings(config, eval_set),

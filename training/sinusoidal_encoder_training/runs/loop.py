@@ -76,6 +76,9 @@ class TrainingTask:
     # than a step's, are a step of their own (fine-tuning). False: whole steps only (pretraining, whose loader also
     # drops an epoch's last partial batch)
     every_example = True
+    # the position in the evaluation split of each example the evaluation loader gives, in its order (None: the
+    # split's order; fine-tuning's --group_by_length sorts it): for a task that maps predictions to rows by position
+    evaluation_order: list[int] | None = None
 
     def loss(self, model, batch: dict[str, torch.Tensor], num_items_in_batch: float | torch.Tensor) -> torch.Tensor:
         """The model's own loss of a batch, from one forward pass with its labels: the loss summed over its units

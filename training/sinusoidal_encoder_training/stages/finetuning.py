@@ -43,7 +43,12 @@ from sinusoidal_encoder_training.cli.command_line import (
     quiet_loading,
 )
 from sinusoidal_encoder_training.configs import FinetuningConfig
-from sinusoidal_encoder_training.data.batches import length_grouped_sampler, padding_share, row_lengths
+from sinusoidal_encoder_training.data.batches import (
+    length_grouped_sampler,
+    longest_first,
+    padding_share,
+    row_lengths,
+)
 from sinusoidal_encoder_training.data.corpus import load_builtin_corpus
 from sinusoidal_encoder_training.data.pipeline import load_raw_datasets, validation_split
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model, optional_step
@@ -255,6 +260,21 @@ def group_by_length(config: FinetuningConfig, train, generator: torch.Generator,
     return sampler, line
 
 
+def evaluation_order(config: FinetuningConfig, validation) -> tuple[list[int], str]:
+    """--group_by_length, for evaluation (as transformers' Trainer groups its evaluation batches too): the split's
+    examples longest first (`data.batches.longest_first`), so that each batch holds examples of similar length (the
+    first batch the largest); and the header's line on what it saves. The figures do not depend on the order, but
+    question answering's loss, whose softmax spans the padded positions of a window, as BERT's does."""
+    lengths = row_lengths(validation)
+    order = longest_first(lengths)
+    batch, multiple = config.per_device_eval_batch_size, config.pad_to_multiple_of
+    line = (
+        f"Evaluation batches = longest first: {padding_share(lengths, order, batch, multiple):.0%} of their tokens "
+        f"padding ({padding_share(lengths, list(range(len(lengths))), batch, multiple):.0%} in the split's order)"
+    )
+    return order, line
+
+
 def finetune(
     config: FinetuningConfig, model_init: Callable[[transformers.PretrainedConfig], Any] | None = None
 ) -> FinetuningResult:
@@ -295,10 +315,11 @@ def finetune(
             model, header = model_init(model_config), prepared.header
 
         generator = torch.Generator()
-        sampler = None
+        sampler = eval_order = None
         if config.group_by_length:
             sampler, line = group_by_length(config, prepared.train, generator, accelerator.num_processes)
-            header = [*header, line]
+            eval_order, eval_line = evaluation_order(config, prepared.validation)
+            header = [*header, line, eval_line]
         # every example trained on in every epoch, as with transformers' Trainer: the last, smaller batch is a
         # step of its own (its loss a mean over its own units), and a set smaller than a batch trains at all
         train_loader, eval_loader = make_loaders(
@@ -310,12 +331,14 @@ def finetune(
             prepared.collate,
             sampler,
             drop_last=False,
+            eval_order=eval_order,
         )
         optimizer = make_optimizer(model, config)
         model, optimizer, train_loader, eval_loader = prepare_training(
             accelerator, config, model, optimizer, train_loader, eval_loader
         )
         task = prepared.make_task(generator)
+        task.evaluation_order = eval_order
         trained = train(accelerator, config, model, optimizer, train_loader, eval_loader, task, header)
         final = trained.metrics
         baselines = {}

@@ -115,7 +115,7 @@ class QuestionAnsweringTask(TrainingTask):
     def __init__(self, seed: int, generator: torch.Generator, windows: datasets.Dataset, rows: datasets.Dataset):
         self.seed = seed
         self.generator = generator
-        self.windows = windows  # the evaluation windows, in the loader's order: their row and offsets
+        self.windows = windows  # the evaluation windows, in the split's order: their row and offsets
         self.rows = rows  # the evaluation rows: context and answers
 
     def start_epoch(self, epoch: int) -> None:
@@ -153,7 +153,7 @@ class QuestionAnsweringTask(TrainingTask):
         model.train()
         by_row: dict[int, list] = {}
         for index, (start, end) in enumerate(zip(starts, ends, strict=True)):
-            window = self.windows[index]
+            window = self.windows[index if self.evaluation_order is None else self.evaluation_order[index]]
             by_row.setdefault(window["row"], []).append((start, end, window["offsets"]))
         predictions = [best_answer(row[CONTEXT], by_row.get(i, [])) for i, row in enumerate(self.rows)]
         references = [row[ANSWERS]["text"] for row in self.rows]
