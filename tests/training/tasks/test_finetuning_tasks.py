@@ -129,26 +129,33 @@ def test_the_choices_of_a_row_are_its_context_paired_with_each_ending(tokenizer)
     assert rows[0]["sent1"] in text and rows[0]["ending2"] in text
 
 
+def two_steps_on_the_example_files(task: str, pretrained, output_dir, **settings) -> FinetuningConfig:
+    """Two steps of `task` from `pretrained` on its shipped example files (docs/examples/TASK.jsonl), in batches of 8,
+    evaluated in batches of 3 (the last one partial)."""
+    files = task.replace("-", "_")
+    return finetuning.FinetuningConfig(
+        task=task,
+        model_name_or_path=pretrained,
+        train_file=str(EXAMPLES / f"{files}.jsonl"),
+        validation_file=str(EXAMPLES / f"{files}_validation.jsonl"),
+        output_dir=str(output_dir),
+        max_train_steps=2,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=3,
+        max_length=32,
+        **({"doc_stride": 8} if "doc_stride" in TASKS[task].flag_names else {}),
+        **settings,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", FINETUNED)
 def test_fine_tuning_on_the_shipped_examples_exports_a_folder_of_the_task(tmp_path, pretrained, task):
     """Every fine-tuned task of the table on its shipped example files (docs/examples/TASK.jsonl): a folder that
     loads with the task's Auto class (transformers' or the model package's own), gives what the trained model
     gave, and whose card names the task and loads it."""
-    files = task.replace("-", "_")
     entry = TASKS[task]
-    config = finetuning.FinetuningConfig(
-        task=task,
-        model_name_or_path=pretrained,
-        train_file=str(EXAMPLES / f"{files}.jsonl"),
-        validation_file=str(EXAMPLES / f"{files}_validation.jsonl"),
-        output_dir=str(tmp_path / "out"),
-        max_train_steps=2,
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=3,  # the last evaluation batch is partial
-        max_length=32,
-        **({"doc_stride": 8} if "doc_stride" in entry.flag_names else {}),
-    )
+    config = two_steps_on_the_example_files(task, pretrained, tmp_path / "out")
     result = finetuning.finetune(config)
     finetuning.export(config, result)
     declared = {f"eval_{name}" for name in entry.metric_names(result.prepared.problem)}  # what --metric_... takes
@@ -407,21 +414,9 @@ def test_evaluation_batches_longest_first_give_the_figures_of_the_splits_order(p
     figure of every task is the one an evaluation in the split's order gives (question answering maps its windows
     back through the order), but question answering's loss, whose softmax spans a window's padded positions, as
     BERT's does (`sinusoidal_encoder.losses.answer_span_loss`); the header says what it saves of the padding."""
-    files = task.replace("-", "_")
-    config = finetuning.FinetuningConfig(
-        task=task,
-        model_name_or_path=pretrained,
-        train_file=str(EXAMPLES / f"{files}.jsonl"),
-        validation_file=str(EXAMPLES / f"{files}_validation.jsonl"),
-        output_dir=str(tmp_path / "out"),
-        max_train_steps=2,
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=3,  # the last evaluation batch is partial
-        max_length=32,
-        group_by_length=True,
-        **({"doc_stride": 8} if "doc_stride" in TASKS[task].flag_names else {}),
+    result = finetuning.finetune(
+        two_steps_on_the_example_files(task, pretrained, tmp_path / "out", group_by_length=True)
     )
-    result = finetuning.finetune(config)
     said = r"Evaluation batches = longest first: (\d+)% of their tokens padding \((\d+)% in the split's order\)"
     line = re.search(said, capsys.readouterr().out)
     assert line and int(line[1]) <= int(line[2]), line
