@@ -400,12 +400,12 @@ class ConfigParser(argparse.ArgumentParser):
             named = []
             for flag in unknown:
                 owners = self.other_commands_with(flag)
-                guess = difflib.get_close_matches(flag, candidates, n=1)
                 if owners:
                     commands = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 1 else owners)
                     named.append(f"{flag} (a flag of {commands}, not of this command)")
-                else:
-                    named.append(f"{flag} (did you mean {guess[0]}?)" if guess else flag)
+                    continue
+                guess = difflib.get_close_matches(flag, candidates, n=1)
+                named.append(f"{flag} (did you mean {guess[0]}?)" if guess else flag)
             message = "unrecognized arguments: " + ", ".join(named)
         self.exit(2, f"{self.prog}: error: {message}; {self.prog} --help lists the flags.\n")
 
