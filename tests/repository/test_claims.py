@@ -122,6 +122,9 @@ SETTINGS = (
     "up to 256 MiB",  # a limit of the data-file check (docs/pretraining.md)
     "a 1 MB line",  # an input of a test (docs/model.md)
     "less than 64 MiB free",  # the least room the datasets cache must have (docs/pretraining.md)
+    "about a 95% interval",  # what two standard errors span (docs/pretraining.md)
+    "at least 0.5 nats below the baseline",  # the evaluation sentence's thresholds (docs/pretraining.md)
+    "a gap of at least 0.1 nats",
 )
 
 

@@ -91,8 +91,9 @@ class Counting:
 
 def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
     """The masked-LM task calls the model once per batch and takes the loss the model computed (the sum over the
-    masked tokens divided by `num_items_in_batch`): one cross-entropy per forward, in training and in evaluation
-    (where the order gap scores the permuted blocks in a second forward)."""
+    masked tokens divided by `num_items_in_batch`): one cross-entropy per forward in training; in evaluation (where
+    the order gap scores the permuted blocks in a second forward) the model's, and one of each token of the same
+    logits for the blocks' standard errors (`evaluation.masked_lm.block_losses`)."""
     from accelerate import Accelerator
 
     import sinusoidal_encoder as se
@@ -114,7 +115,7 @@ def test_a_batch_runs_one_forward_and_its_loss_is_the_models(monkeypatch):
 
     counting.forwards, counting.cross_entropies = 0, 0
     evaluation = task.evaluate(model, [batch], Accelerator(cpu=True))
-    assert (counting.forwards, counting.cross_entropies) == (2, 2)  # as written, and permuted
+    assert (counting.forwards, counting.cross_entropies) == (2, 4)  # as written, and permuted
     assert evaluation["eval_loss"] == pytest.approx(expected.item() / count.item(), rel=1e-5)
     assert evaluation["eval_masked_tokens"] == count
 
@@ -226,7 +227,8 @@ def test_the_rows_accelerate_repeats_in_the_last_batch_lose_their_labels():
 @pytest.mark.slow
 def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, monkeypatch):
     """Through the loop: each training micro-batch one forward, each evaluation batch two (as written and
-    permuted), and no cross-entropy but the model's own. A ready model passed to `pretrain` is the one trained."""
+    permuted); the model's own cross-entropy in each, and in evaluation one more per forward, each token's from the
+    same logits for the blocks' standard errors. A ready model passed to `pretrain` is the one trained."""
     import sinusoidal_encoder as se
     from sinusoidal_encoder_training.stages import pretraining
 
@@ -241,7 +243,8 @@ def test_a_pretraining_run_computes_each_loss_once(tmp_path, corpus, tokenizer, 
     assert result.accelerator.unwrap_model(result.model) is model
     assert modes.count(True) == 3 * 2  # steps × micro-batches
     assert modes.count(False) % 2 == 0 and modes.count(False) >= 2
-    assert counting.cross_entropies == counting.forwards == len(modes)
+    assert counting.forwards == len(modes)
+    assert counting.cross_entropies == modes.count(True) + 2 * modes.count(False)
     with pytest.raises(ValueError, match="vocabulary"):
         pretraining.pretrain(config, se.SinusoidalEncoderForMaskedLM(tiny_config()))
 

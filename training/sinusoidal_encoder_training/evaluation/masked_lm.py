@@ -1,7 +1,8 @@
 """Evaluation as a library: what a masked-LM model scores on masked blocks, for the training loop (pretraining's
 evaluation), the evaluate command (`stages.evaluate`) and the lab. `MaskedLMEvaluation` is a plain callable:
 `MaskedLMEvaluation(unigram_log_probs, order_seed)(model, batches)` gives the metrics (`eval_loss`,
-`eval_perplexity`, `eval_unigram_loss`, `eval_order_gap`, `eval_masked_tokens`).
+`eval_perplexity`, `eval_unigram_loss`, `eval_order_gap`, `eval_masked_tokens`, and the standard errors of the two
+differences the verdict reads: `eval_unigram_margin_stderr`, `eval_order_gap_stderr`).
 
 How to read a masked-LM evaluation: is the model better than token frequencies, and does it use word order?
 
@@ -11,15 +12,23 @@ How to read a masked-LM evaluation: is the model better than token frequencies, 
   [CLS]) permuted by a permutation fixed per block, the masked tokens moving with their tokens (the same tokens are
   masked, the same count). A model without position information is permutation-equivariant, so its gap is 0; a
   positive gap (nats per masked token) is how much the model relies on order.
+
+Both are differences of two losses on the same masked tokens, and a small validation split gives them by chance: each
+comes with its **standard error**, over the validation blocks (each block's difference summed over its masked
+tokens, the blocks taken as the sample: the ratio estimator's, as a cluster sample's). The sentence that reads an
+evaluation (`describe_evaluation`) states a finding only where its threshold lies outside two standard errors of the
+figure; else it says the split has too few masked tokens to tell.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import datasets
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from sinusoidal_encoder_training.data.pipeline import derive_seed
 from sinusoidal_encoder_training.runs.metrics_log import perplexity
@@ -29,6 +38,8 @@ STREAMING_UNIGRAM_BLOCKS = 20_000
 # how the log reads an evaluation: nats below the unigram baseline for "context learned", order gap for "uses order"
 CONTEXT_MARGIN = 0.5
 ORDER_GAP_USED = 0.1
+# how many standard errors from a threshold a figure must lie for the sentence to state a finding (about 95%)
+STANDARD_ERRORS = 2.0
 
 
 def unigram_log_probs(
@@ -73,34 +84,89 @@ def permute_inner_tokens(batch: dict[str, torch.Tensor], seed: int) -> dict[str,
 
 
 def describe_evaluation(metrics: dict[str, float]) -> str:
-    """One sentence on what an evaluation shows: context learned (loss against the unigram baseline), order used."""
+    """One sentence on what an evaluation shows: context learned (loss against the unigram baseline), order used;
+    each figure with two standard errors (`± ...`) where the metrics have them, and a finding stated only where its
+    threshold lies outside them (a figure without its standard error is read as it is)."""
     below = metrics["eval_unigram_loss"] - metrics["eval_loss"]
+    below_error = STANDARD_ERRORS * stderr_of(metrics, "eval_unigram_margin_stderr")
     gap = metrics["eval_order_gap"]
-    if below >= 0:
-        context = (
-            f"eval loss {metrics['eval_loss']:.3f} is {below:.3f} nats below the unigram baseline "
-            f"{metrics['eval_unigram_loss']:.3f}: "
-            + ("the model has learned context" if below >= CONTEXT_MARGIN else "little context learned yet")
-        )
-    else:  # worse than predicting every masked token by its frequency alone
-        context = (
-            f"eval loss {metrics['eval_loss']:.3f} is {-below:.3f} nats above the unigram baseline "
-            f"{metrics['eval_unigram_loss']:.3f}: worse than token frequencies alone, no context learned yet"
-        )
-    order = f"order gap {gap:+.3f} nats: " + (
-        "the model uses word order" if gap >= ORDER_GAP_USED else "the model (almost) ignores word order"
+    gap_error = STANDARD_ERRORS * stderr_of(metrics, "eval_order_gap_stderr")
+    if below - below_error >= CONTEXT_MARGIN:
+        finding = "the model has learned context"
+    elif below + below_error < 0:
+        finding = "worse than token frequencies alone, no context learned yet"
+    elif below + below_error < CONTEXT_MARGIN:
+        finding = "little context learned yet"
+    else:  # the margin within reach of chance (or no standard error: a single block)
+        finding = "too few masked tokens to tell whether the model has learned context"
+    side = "below" if below >= 0 else "above"
+    context = (
+        f"eval loss {metrics['eval_loss']:.3f} is {abs(below):.3f}{plus_minus(below_error)} nats {side} the unigram "
+        f"baseline {metrics['eval_unigram_loss']:.3f}: {finding}"
     )
-    return f"{context}; {order}."
+    if gap - gap_error >= ORDER_GAP_USED:
+        finding = "the model uses word order"
+    elif gap + gap_error < ORDER_GAP_USED:
+        finding = "the model (almost) ignores word order"
+    else:
+        finding = "too few masked tokens to tell whether the model uses word order"
+    return f"{context}; order gap {gap:+.3f}{plus_minus(gap_error)} nats: {finding}."
 
 
-def masked_lm_loss_sum(model, batch: dict[str, torch.Tensor], **inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch's masked-LM loss summed over its labelled tokens, and their number: the model's loss times the
-    count, the model being given `num_items_in_batch` (transformers' convention: the summed loss divided by it, which
-    `SinusoidalEncoderForMaskedLM` follows). `inputs` go to the model as well (`position_ids`, ...)."""
+def stderr_of(metrics: dict[str, float], name: str) -> float:
+    """A standard error of `metrics`: 0.0 where it has none (read as it is), NaN where it is unknown (None: the
+    metrics as read back from metrics.jsonl, which writes NaN as null)."""
+    value = metrics.get(name, 0.0)
+    return math.nan if value is None else value
+
+
+def plus_minus(error: float) -> str:
+    """` ± 0.123` for a figure's error (two standard errors); nothing where the metrics have none, or where one
+    block cannot give it (NaN: the finding then says the split is too small to tell)."""
+    return f" ± {error:.3f}" if error != 0.0 and math.isfinite(error) else ""
+
+
+def block_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B,) float64: each block's masked-LM loss summed over its labelled tokens, from the model's `logits` (`(B, T,
+    V)`, or `(N, V)` over the labelled positions in row-major order, with sparse prediction)."""
+    labelled = labels != -100  # (B, T)
+    rows = labelled.nonzero()[:, 0]  # (N,): the block of each labelled token, row-major as sparse logits are
+    if logits.dim() == 3:
+        logits = logits[labelled]  # (N, V)
+    losses = F.cross_entropy(logits.float(), labels[labelled], reduction="none")  # (N,)
+    return torch.zeros(labels.shape[0], dtype=torch.float64, device=labels.device).index_add_(0, rows, losses.double())
+
+
+def block_moments(counts: torch.Tensor, differences: torch.Tensor) -> torch.Tensor:
+    """(5,) float64: what the standard error of a per-token difference needs from a batch, given each block's
+    masked-token count n_b (B,) and difference d_b summed over them (B,): the blocks holding a masked token (a block
+    repeated to even out the last batch holds none), Σn², Σd, Σd², Σd·n."""
+    moments = (counts > 0).sum(), counts.square().sum(), differences.sum(), differences.square().sum()
+    return torch.stack([*moments, (differences * counts).sum()]).double()
+
+
+def difference_stderr(moments: torch.Tensor, tokens: float) -> float:
+    """The standard error of a per-token difference Σd/N from its blocks' `block_moments` summed over the split (N
+    `tokens`): the ratio estimator's, the blocks taken as the sample; NaN below two blocks."""
+    blocks, counts, total, squares, products = moments.tolist()
+    if blocks < 2:
+        return math.nan
+    mean = total / tokens
+    residuals = max(squares - 2 * mean * products + mean * mean * counts, 0.0)  # Σ(d_b - mean·n_b)²
+    return math.sqrt(blocks / (blocks - 1) * residuals) / tokens
+
+
+def masked_lm_loss_sum(
+    model, batch: dict[str, torch.Tensor], **inputs
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch's masked-LM loss summed over its labelled tokens, their number, and each block's loss summed
+    (`block_losses`, (B,)): the model's loss times the count, the model being given `num_items_in_batch`
+    (transformers' convention: the summed loss divided by it, which `SinusoidalEncoderForMaskedLM` follows).
+    `inputs` go to the model as well (`position_ids`, ...)."""
     count = (batch["labels"] != -100).sum()
     items = count.clamp(min=1)
     output = model(input_ids=batch["input_ids"], labels=batch["labels"], num_items_in_batch=items, **inputs)
-    return output.loss * items, count
+    return output.loss * items, count, block_losses(output.logits, batch["labels"])
 
 
 class MaskedLMEvaluation:
@@ -108,8 +174,9 @@ class MaskedLMEvaluation:
     `example_id` for the order gap), it gives the masked-token-weighted loss and perplexity over all of them, and
     beside them the unigram baseline on the same masked tokens (with `unigram_log_probs`, `unigram_log_probs`'s
     (V,) tensor) and the order gap (with `order_seed`): the loss of the same blocks with their tokens permuted
-    (`permute_inner_tokens`), minus the loss. With an `accelerator`, the sums of every process are added up
-    (each process passing its own batches)."""
+    (`permute_inner_tokens`), minus the loss; and the standard errors of the margin below the baseline and of the
+    gap (`difference_stderr`). With an `accelerator`, the sums of every process are added up (each process passing
+    its own batches)."""
 
     def __init__(self, unigram_log_probs: torch.Tensor | None = None, order_seed: int | None = None):
         self.unigram_log_probs = unigram_log_probs
@@ -121,26 +188,38 @@ class MaskedLMEvaluation:
         model.eval()
         device = accelerator.device if accelerator is not None else next(model.parameters()).device
         totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss, permuted, unigram, count
+        moments = torch.zeros(2, 5, dtype=torch.float64, device=device)  # margin below the unigram baseline, gap
         unigram = None if self.unigram_log_probs is None else self.unigram_log_probs.to(device)
         for batch in batches:
             batch = {name: value.to(device) for name, value in batch.items()}
-            loss_sum, count = masked_lm_loss_sum(model, batch, **inputs)
-            permuted_sum = torch.zeros((), device=device)
+            labels = batch["labels"]  # (B, T)
+            loss_sum, count, blocks = masked_lm_loss_sum(model, batch, **inputs)
+            permuted_sum, permuted_blocks = torch.zeros((), device=device), blocks
             if self.order_seed is not None:
-                permuted_sum, _ = masked_lm_loss_sum(model, permute_inner_tokens(batch, self.order_seed), **inputs)
-            unigram_sum = torch.zeros((), dtype=torch.float64, device=device)
+                permuted = permute_inner_tokens(batch, self.order_seed)
+                permuted_sum, _, permuted_blocks = masked_lm_loss_sum(model, permuted, **inputs)
+            unigram_sum, unigram_blocks = torch.zeros((), dtype=torch.float64, device=device), blocks
             if unigram is not None:
-                labels = batch["labels"]  # (B, T)
-                unigram_sum = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum()
+                unigram_blocks = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum(1)  # (B,)
+                unigram_sum = unigram_blocks.sum()
             totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
+            counts = (labels != -100).sum(1).double()  # (B,)
+            differences = unigram_blocks - blocks, permuted_blocks - blocks  # (B,) each
+            moments += torch.stack([block_moments(counts, difference) for difference in differences])
         if accelerator is not None:
             totals = accelerator.reduce(totals, reduction="sum")
+            moments = accelerator.reduce(moments, reduction="sum")
         model.train(training)
         loss, permuted, unigram_loss = (totals[:3] / totals[3].clamp(min=1)).tolist()
+        tokens = totals[3].item()
         metrics = {"eval_loss": loss, "eval_perplexity": perplexity(loss)}
         if unigram is not None:
             metrics["eval_unigram_loss"] = unigram_loss
         if self.order_seed is not None:
             metrics["eval_order_gap"] = permuted - loss
-        metrics["eval_masked_tokens"] = int(totals[3].item())
+        metrics["eval_masked_tokens"] = int(tokens)
+        if unigram is not None:
+            metrics["eval_unigram_margin_stderr"] = difference_stderr(moments[0], tokens)
+        if self.order_seed is not None:
+            metrics["eval_order_gap_stderr"] = difference_stderr(moments[1], tokens)
         return metrics

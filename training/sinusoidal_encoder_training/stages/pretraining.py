@@ -177,7 +177,7 @@ EVALUATION_NOTE = (
     "masked token by its frequency in the training split, so a model that learned context is clearly below it; "
     "`order_gap` is the loss of the same blocks with their tokens shuffled (a fixed permutation per block, masked "
     "tokens moving with their tokens) minus the loss as written: 0 for a model that ignores word order, positive "
-    "when the model uses it."
+    "when the model uses it. The figures after `±` are two standard errors, the validation blocks taken as the sample."
 )
 
 
