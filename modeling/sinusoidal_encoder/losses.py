@@ -94,14 +94,23 @@ def answer_span_loss(
     start_positions: torch.Tensor,
     end_positions: torch.Tensor,
     num_items_in_batch: int | torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The question-answering head's: the mean of the start and end cross-entropies, one unit per example with a
-    position inside the sequence (positions outside are ignored, as in BERT)."""
+    position inside the sequence (positions outside are ignored, as in BERT). Padded positions (0 in a `(B, T)`
+    `attention_mask`) are left out of the softmax: no answer lies there, and a window's loss is the same however much
+    padding its batch gives it."""
     ignored = start_logits.shape[1]
     start_positions = start_positions.view(-1).clamp(0, ignored)  # (B,)
     end_positions = end_positions.view(-1).clamp(0, ignored)  # (B,)
+    padded = attention_mask == 0 if attention_mask is not None and attention_mask.dim() == 2 else None  # (B, T)
+
+    def scores(logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()  # (B, T)
+        return logits if padded is None else logits.masked_fill(padded, torch.finfo(logits.dtype).min)
+
     loss_sum = sum(
-        F.cross_entropy(logits.float(), positions, ignore_index=ignored, reduction="sum")
+        F.cross_entropy(scores(logits), positions, ignore_index=ignored, reduction="sum")
         for logits, positions in ((start_logits, start_positions), (end_logits, end_positions))
     )
     return mean_over_units(loss_sum / 2, (start_positions != ignored).sum(), num_items_in_batch)

@@ -674,7 +674,8 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
     ) -> QuestionAnsweringModelOutput | tuple[torch.Tensor, ...]:
         r"""start_positions, end_positions (`(batch_size,)`): token indices of the answer span; positions outside the
         sequence are ignored in the loss (as in BERT). The loss is the mean of the start and end cross-entropies,
-        summed over the examples and divided by `num_items_in_batch`, else by the examples with a position."""
+        summed over the examples and divided by `num_items_in_batch`, else by the examples with a position; padded
+        positions take no share of its softmax (the logits themselves are returned as computed)."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)  # from Trainer
         outputs = self._encode(
             input_ids, attention_mask, position_ids, inputs_embeds, output_attentions, output_hidden_states, **kwargs
@@ -683,7 +684,8 @@ class SinusoidalEncoderForQuestionAnswering(SinusoidalEncoderPreTrainedModel):
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))  # 2 × (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
-            loss = answer_span_loss(start_logits, end_logits, start_positions, end_positions, num_items_in_batch)
+            positions = start_positions, end_positions
+            loss = answer_span_loss(start_logits, end_logits, *positions, num_items_in_batch, attention_mask)
         output = QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,

@@ -123,6 +123,22 @@ def test_question_answering():
     assert model(random_ids(2, 11)).loss is None
 
 
+def test_question_answering_leaves_padded_positions_out_of_the_loss():
+    """A window's loss is the same alone as in a batch that pads it: padded positions take no share of the start and
+    end softmax (no answer lies there); the logits are returned as computed."""
+    model = se.SinusoidalEncoderForQuestionAnswering(tiny_config()).eval()
+    ids, mask = random_ids(2, 11), torch.ones(2, 11, dtype=torch.long)
+    mask[1, 6:] = 0
+    start, end = torch.tensor([1, 2]), torch.tensor([3, 4])
+    batch = model(ids, attention_mask=mask, start_positions=start, end_positions=end)
+    alone = [
+        model(ids[i : i + 1, :length], start_positions=start[i : i + 1], end_positions=end[i : i + 1]).loss
+        for i, length in ((0, 11), (1, 6))
+    ]
+    torch.testing.assert_close(batch.loss, sum(alone) / 2)
+    assert torch.isfinite(batch.start_logits).all() and torch.isfinite(batch.end_logits).all()
+
+
 def test_multiple_choice():
     model = se.SinusoidalEncoderForMultipleChoice(tiny_config()).eval()
     ids = random_ids(6, 8).view(2, 3, 8)

@@ -412,8 +412,8 @@ def test_a_task_flag_is_refused_by_the_tasks_that_do_not_read_it(task, flag, pre
 def test_evaluation_batches_longest_first_give_the_figures_of_the_splits_order(pretrained, task, tmp_path, capsys):
     """--group_by_length evaluates longest first, as transformers' Trainer groups its evaluation batches too: every
     figure of every task is the one an evaluation in the split's order gives (question answering maps its windows
-    back through the order), but question answering's loss, whose softmax spans a window's padded positions, as
-    BERT's does (`sinusoidal_encoder.losses.answer_span_loss`); the header says what it saves of the padding."""
+    back through the order, and its loss leaves padded positions out: `sinusoidal_encoder.losses.answer_span_loss`);
+    the header says what it saves of the padding."""
     result = finetuning.finetune(
         two_steps_on_the_example_files(task, pretrained, tmp_path / "out", group_by_length=True)
     )
@@ -429,7 +429,6 @@ def test_evaluation_batches_longest_first_give_the_figures_of_the_splits_order(p
     task_of_split = result.prepared.make_task(torch.Generator())  # evaluation_order None: the split's order
     expected = task_of_split.evaluate(result.model, result.accelerator.prepare(in_order), result.accelerator)
     assert expected.keys() <= result.metrics.keys()
-    padding_counts = {"eval_loss"} if task == "question-answering" else set()
-    assert expected.keys() - padding_counts  # figures compared
-    for name in expected.keys() - padding_counts:
+    assert expected.keys() - {"eval_loss"}  # figures beside the loss compared
+    for name in expected.keys():
         assert result.metrics[name] == pytest.approx(expected[name], rel=1e-6, abs=1e-9), name

@@ -263,8 +263,7 @@ def group_by_length(config: FinetuningConfig, train, generator: torch.Generator,
 def evaluation_order(config: FinetuningConfig, validation) -> tuple[list[int], str]:
     """--group_by_length, for evaluation (as transformers' Trainer groups its evaluation batches too): the split's
     examples longest first (`data.batches.longest_first`), so that each batch holds examples of similar length (the
-    first batch the largest); and the header's line on what it saves. The figures do not depend on the order, but
-    question answering's loss, whose softmax spans the padded positions of a window, as BERT's does."""
+    first batch the largest); and the header's line on what it saves. The figures do not depend on the order."""
     lengths = row_lengths(validation)
     order = longest_first(lengths)
     batch, multiple = config.per_device_eval_batch_size, config.pad_to_multiple_of
