@@ -23,8 +23,10 @@ class EvaluationConfig(DataConfig, MaskingConfig, TaskDataConfig):
     """Score a model folder (or Hub id) on a dataset, as its training evaluated it. A pretrained folder (a masked-LM
     head): the masked-token-weighted loss and perplexity, the unigram baseline (each masked token scored by its
     frequency in the training split) and the order gap (the loss with each block's tokens shuffled, minus the loss),
-    at each length of --max_seq_length. A fine-tuned folder: its task's metrics on the validation split, as
-    fine-tuning's final evaluation computes them (with the task-data flags of fine-tuning for your columns).
+    with the standard errors of the gap and of the margin below the baseline, at each length of --max_seq_length,
+    each length followed by a sentence that reads them. A fine-tuned folder: its task's metrics on the validation
+    split, as fine-tuning's final evaluation computes them (with the task-data flags of fine-tuning for your
+    columns).
 
         sinusoidal-encoder-evaluate outputs/small-builtin                       # the built-in corpus, 128 tokens
         sinusoidal-encoder-evaluate outputs/small-builtin --max_seq_length 128 512 1024 --output_file lengths.json
