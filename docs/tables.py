@@ -731,7 +731,8 @@ def stale_tables() -> list[str]:
 MAIN_JOB_TRANSCRIPT = "docs/pretraining.md"  # the main job's printed last lines; its outputs/ folder is not committed
 FINAL_EVALUATION = re.compile(
     r"final evaluation: eval_loss (?P<loss>[\d.]+), eval_perplexity (?P<perplexity>[\d.]+), "
-    r"eval_unigram_loss (?P<unigram>[\d.]+), eval_order_gap (?P<gap>-?[\d.]+)"
+    r"eval_unigram_loss (?P<unigram>[\d.]+), eval_order_gap (?P<gap>-?[\d.]+), eval_masked_tokens \d+, "
+    r"eval_unigram_margin_stderr [\d.]+, eval_order_gap_stderr (?P<gap_stderr>[\d.]+)"
 )
 
 
@@ -751,7 +752,7 @@ def readme_figures() -> dict[str, list[tuple[str, str]]]:
             (f"evaluation loss {float(final['loss']):.2f}", transcript),
             (f"(perplexity {float(final['perplexity']):.1f})", transcript),
             (f"against {float(final['unigram']):.2f} for a unigram model", transcript),
-            (f"costs it {float(final['gap']):.2f} nats", transcript),
+            (f"costs it {float(final['gap']):.2f} ± {2 * float(final['gap_stderr']):.2f} nats", transcript),
         ],
         "Against transformers' `BertForMaskedLM`": [
             (f"{small.cell(PERFORMANCE_ROWS[0][1], 'ours / BERT')} the masked-LM training", small.path),
