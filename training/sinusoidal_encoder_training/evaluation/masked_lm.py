@@ -14,10 +14,11 @@ How to read a masked-LM evaluation: is the model better than token frequencies, 
   positive gap (nats per masked token) is how much the model relies on order.
 
 Both are differences of two losses on the same masked tokens, and a small validation split gives them by chance: each
-comes with its **standard error**, over the validation blocks (each block's difference summed over its masked
-tokens, the blocks taken as the sample: the ratio estimator's, as a cluster sample's). The sentence that reads an
-evaluation (`describe_evaluation`) states a finding only where its threshold lies outside two standard errors of the
-figure; else it says the split has too few masked tokens to tell.
+comes with its **standard error**, over the validation blocks (each block's difference summed over its masked tokens,
+the blocks taken as the sample: the ratio estimator's, as a cluster sample's; blocks cut from one long document are not
+independent, so it is a lower bound). The sentence that reads an evaluation (`describe_evaluation`) states a finding
+only where its threshold lies outside two standard errors of the figure; else it says the split has too few masked
+tokens to tell.
 """
 
 from __future__ import annotations
