@@ -29,6 +29,7 @@ from sinusoidal_encoder_training.data.pipeline import (
     tokenize_documents,
     validation_split,
 )
+from sinusoidal_encoder_training.evaluation.masked_lm import block_documents
 
 SEED = 42  # the seed of a validation split drawn from the training data
 
@@ -139,22 +140,28 @@ def test_local_files_in_every_format(tmp_path, tokenizer, fmt):
 def test_packing_joins_the_documents_with_the_separator_and_cuts_blocks_after_the_classification_token(tokenizer):
     """Blocks of a tokenised corpus, at two lengths from one tokenisation: [CLS] and then the next `length - 1` ids of
     the stream of every non-blank document's ids followed by [SEP], the stream's tail shorter than a block dropped;
-    an empty or blank document adds nothing, not even a separator."""
+    an empty or blank document adds nothing, not even a separator. Each block names the document (its row) its first
+    id after [CLS] comes from, the separator counting with the document it ends."""
     texts = [f"Document {i} describes how positions are encoded." for i in range(12)]
     texts[3], texts[7] = "", "   "
     raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": texts})})
     tokenized = tokenize_documents(raw, tokenizer)
     assert tokenized["train"]["input_ids"][3] is None and tokenized["train"]["input_ids"][7] is None
-    stream = []
-    for text in texts:
+    stream, owners = [], []
+    for row, text in enumerate(texts):
         if text.strip():
-            stream += [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.sep_token_id]
+            ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.sep_token_id]
+            stream, owners = stream + ids, owners + [row] * len(ids)
     for length in (16, 24):
         span = length - 1
         starts = range(0, len(stream) // span * span, span)
         expected = [[tokenizer.cls_token_id, *stream[i : i + span]] for i in starts]
-        assert pack_blocks(tokenized, tokenizer, length)["train"]["input_ids"] == expected
+        packed = pack_blocks(tokenized, tokenizer, length)["train"]
+        assert packed["input_ids"] == expected
+        assert packed["document"] == [owners[i] for i in starts]
         assert tokenize_and_pack(raw, tokenizer, length)["train"]["input_ids"] == expected
+        assert block_documents(packed).tolist() == [owners[i] for i in starts]
+        assert len(set(packed["document"])) > 1 and 3 not in packed["document"] and 7 not in packed["document"]
 
 
 def test_a_dataset_by_name_takes_the_load_dataset_path(tmp_path, tokenizer):
@@ -214,6 +221,8 @@ def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
     streamed = tokenize_and_pack(load_raw_datasets(data_config(**files, streaming=True), SEED), tokenizer, 32)
     assert isinstance(streamed["train"], datasets.IterableDataset)
     assert [row["input_ids"] for row in streamed["train"]] == eager["train"]["input_ids"]
+    assert [row["document"] for row in streamed["train"]] == eager["train"]["document"]
+    assert block_documents(streamed["validation"]) is None  # a stream's blocks are the evaluation's samples
     stream = list(IndexedStream(streamed["validation"]))
     assert [row["example_id"] for row in stream] == list(range(len(eager["validation"])))
 

@@ -37,10 +37,13 @@ def batches(rows: int) -> list[dict[str, torch.Tensor]]:
     return [{k: v[i : i + rows] for k, v in blocks.items()} for i in range(0, 12, rows)]
 
 
-def by_hand(net, blocks: list[dict[str, torch.Tensor]], log_probs: torch.Tensor) -> dict[str, float]:
+def by_hand(
+    net, blocks: list[dict[str, torch.Tensor]], log_probs: torch.Tensor, documents: dict[int, int] | None = None
+) -> dict[str, float]:
     """Each block through the model alone: its summed loss as written and permuted, its unigram loss, its masked
-    tokens; the standard error of each per-token difference from them, with numpy (the ratio estimator's)."""
-    rows = []
+    tokens; summed over the blocks of each document (`documents`: example id -> document; none: each block its
+    own); the standard error of each per-token difference from them, with numpy (the ratio estimator's)."""
+    rows, owners = [], []
     for batch in blocks:
         for i in range(batch["input_ids"].shape[0]):
             block = {k: v[i : i + 1] for k, v in batch.items()}
@@ -52,7 +55,11 @@ def by_hand(net, blocks: list[dict[str, torch.Tensor]], log_probs: torch.Tensor)
                 shuffled = net(input_ids=permuted["input_ids"], labels=permuted["labels"]).loss.item() * n
             frequency = -log_probs[labels[labels != -100]].sum().item()
             rows.append((n, loss, shuffled, frequency))
-    n, loss, shuffled, frequency = np.array(rows).T
+            example = int(block["example_id"])
+            owners.append(example if documents is None else documents[example])
+    rows = np.array(rows)
+    _, owner = np.unique(owners, return_inverse=True)
+    n, loss, shuffled, frequency = np.stack([np.bincount(owner, weights=column) for column in rows.T])
 
     def stderr(differences: np.ndarray) -> float:
         residuals = differences - differences.sum() / n.sum() * n
@@ -72,6 +79,38 @@ def test_standard_errors_are_those_of_the_blocks_scored_alone(sparse_prediction,
     for name, value in expected.items():
         assert metrics[name] == pytest.approx(value, rel=1e-4), name
         assert 0 < value < 1
+
+
+# the document of each of the 12 blocks (example ids 0-5 and 10-15): documents of 3, 2, 1, 4, 1 and 1 blocks
+DOCUMENTS = {0: 7, 1: 7, 2: 7, 3: 2, 4: 2, 5: 0, 10: 9, 11: 9, 12: 9, 13: 9, 14: 4, 15: 1}
+
+
+@pytest.mark.parametrize("rows", [1, 5, 12])
+def test_standard_errors_take_the_documents_as_the_sample(rows):
+    """With the document of each block (`documents`, by example id), a document is one sample: its blocks' masked
+    tokens and differences summed, whatever the batches. Each block its own document gives the blocks' figures."""
+    net, log_probs = model(), unigram()
+    lookup = torch.full((16,), -1, dtype=torch.long)
+    for example, document in DOCUMENTS.items():
+        lookup[example] = document
+    metrics = MaskedLMEvaluation(log_probs, order_seed=SEED, documents=lookup)(net, batches(rows))
+    expected, blocks = by_hand(net, batches(12), log_probs, DOCUMENTS), by_hand(net, batches(12), log_probs)
+    for name, value in expected.items():
+        assert metrics[name] == pytest.approx(value, rel=1e-4), name
+        assert value != pytest.approx(blocks[name], rel=1e-2), name  # the grouping changes the figure
+    own = MaskedLMEvaluation(log_probs, order_seed=SEED, documents=torch.arange(16))(net, batches(rows))
+    for name, value in blocks.items():
+        assert own[name] == pytest.approx(value, rel=1e-4), name
+
+
+def test_blocks_without_example_ids_are_each_a_sample():
+    """Batches without `example_id` (no order gap to key): each block is a sample of its own, whatever the batches."""
+    net, log_probs = model(), unigram()
+    bare = [{k: v for k, v in batch.items() if k != "example_id"} for batch in batches(5)]
+    metrics = MaskedLMEvaluation(log_probs)(net, bare)
+    expected = by_hand(net, batches(12), log_probs)["eval_unigram_margin_stderr"]
+    assert metrics["eval_unigram_margin_stderr"] == pytest.approx(expected, rel=1e-4)
+    assert "eval_order_gap_stderr" not in metrics
 
 
 def test_a_block_without_masked_tokens_is_no_sample():

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from itertools import chain, islice
+from bisect import bisect_right
+from itertools import accumulate, chain, islice
 from typing import Any
 
 import datasets
@@ -250,7 +251,9 @@ def pack_blocks(
     max_seq_length: int,
     num_proc: int | None = None,
 ) -> datasets.DatasetDict | datasets.IterableDatasetDict:
-    """The documents of `tokenize_documents` packed into blocks of exactly `max_seq_length` ids.
+    """The documents of `tokenize_documents` packed into blocks of exactly `max_seq_length` ids (`input_ids`), each
+    with the `document` its first id after [CLS] comes from (the document's row in its split: blocks of one
+    document share it, which the standard errors of an evaluation read, `evaluation.masked_lm`).
 
     Documents are joined with the separator token; each block starts with the classification token and holds
     `max_seq_length - 1` ids of the stream, so no compute goes to padding. The tail of each map batch (1,000
@@ -259,14 +262,19 @@ def pack_blocks(
     span = max_seq_length - 1
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
 
-    def pack(batch: dict[str, list[Any]]) -> dict[str, list[list[int]]]:
-        stream = list(chain.from_iterable([*ids, sep_id] for ids in batch["input_ids"] if ids is not None))
+    def pack(batch: dict[str, list[Any]], rows: list[int]) -> dict[str, list[Any]]:
+        documents = [(row, ids) for row, ids in zip(rows, batch["input_ids"], strict=True) if ids is not None]
+        stream = list(chain.from_iterable([*ids, sep_id] for _, ids in documents))
+        starts = list(accumulate((len(ids) + 1 for _, ids in documents), initial=0))  # each document's first id
         usable = len(stream) // span * span
-        return {"input_ids": [[cls_id, *stream[i : i + span]] for i in range(0, usable, span)]}
+        return {
+            "input_ids": [[cls_id, *stream[i : i + span]] for i in range(0, usable, span)],
+            "document": [documents[bisect_right(starts, i) - 1][0] for i in range(0, usable, span)],
+        }
 
     packed = {}
     for split, dataset in tokenized.items():
-        kwargs: dict[str, Any] = {"batched": True, "remove_columns": ["input_ids"]}
+        kwargs: dict[str, Any] = {"batched": True, "with_indices": True, "remove_columns": ["input_ids"]}
         if not streaming:
             kwargs.update(num_proc=num_proc, desc=f"Packing {split} into blocks of {max_seq_length}")
         packed[split] = dataset.map(pack, **kwargs)

@@ -14,11 +14,12 @@ How to read a masked-LM evaluation: is the model better than token frequencies, 
   positive gap (nats per masked token) is how much the model relies on order.
 
 Both are differences of two losses on the same masked tokens, and a small validation split gives them by chance: each
-comes with its **standard error**, over the validation blocks (each block's difference summed over its masked tokens,
-the blocks taken as the sample: the ratio estimator's, as a cluster sample's; blocks cut from one long document are not
-independent, so it is a lower bound). The sentence that reads an evaluation (`describe_evaluation`) states a finding
-only where its threshold lies outside two standard errors of the figure; else it says the split has too few masked
-tokens to tell.
+comes with its **standard error**, over the validation documents (each document's difference summed over the masked
+tokens of its blocks, the documents taken as the sample: the ratio estimator's, as a cluster sample's, for blocks cut
+from one long document are not independent; a block counts with the document it starts in). A streamed split, whose
+blocks' documents are not known ahead, takes its blocks as the sample: a lower bound there. The sentence that reads
+an evaluation (`describe_evaluation`) states a finding only where its threshold lies outside two standard errors of
+the figure; else it says the split has too few masked tokens to tell.
 """
 
 from __future__ import annotations
@@ -138,23 +139,29 @@ def block_losses(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.zeros(labels.shape[0], dtype=torch.float64, device=labels.device).index_add_(0, rows, losses.double())
 
 
-def block_moments(counts: torch.Tensor, differences: torch.Tensor) -> torch.Tensor:
-    """(5,) float64: what the standard error of a per-token difference needs from a batch, given each block's
-    masked-token count n_b (B,) and difference d_b summed over them (B,): the blocks holding a masked token (a block
-    repeated to even out the last batch holds none), Σn², Σd, Σd², Σd·n."""
-    moments = (counts > 0).sum(), counts.square().sum(), differences.sum(), differences.square().sum()
-    return torch.stack([*moments, (differences * counts).sum()]).double()
+def sample_rows(samples: torch.Tensor, counts: torch.Tensor, differences: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """(B, 2 + K) float64: what the standard errors need of a batch's blocks: the sample each block belongs to (its
+    document), its masked-token count n_b, and each of the K differences summed over its masked tokens."""
+    return torch.stack([samples.double(), counts.double(), *(d.double() for d in differences)], dim=1)
 
 
-def difference_stderr(moments: torch.Tensor, tokens: float) -> float:
-    """The standard error of a per-token difference Σd/N from its blocks' `block_moments` summed over the split (N
-    `tokens`): the ratio estimator's, the blocks taken as the sample; NaN below two blocks."""
-    blocks, counts, total, squares, products = moments.tolist()
-    if blocks < 2:
-        return math.nan
-    mean = total / tokens
-    residuals = max(squares - 2 * mean * products + mean * mean * counts, 0.0)  # Σ(d_b - mean·n_b)²
-    return math.sqrt(blocks / (blocks - 1) * residuals) / tokens
+def difference_stderrs(rows: torch.Tensor) -> list[float]:
+    """The standard error of each per-token difference Σd/N of the split's `sample_rows`, the samples (documents)
+    taken as the sample: their blocks' counts and differences summed (n_s, d_s), the ratio estimator's
+    sqrt(S/(S-1) · Σ_s (d_s - mean·n_s)²) / N over the S samples holding a masked token (a block repeated to even out
+    the last batch holds none); NaN below two samples."""
+    _, sample = torch.unique(rows[:, 0], return_inverse=True)
+    sums = torch.zeros(int(sample.max()) + 1 if len(rows) else 0, rows.shape[1] - 1, dtype=torch.float64)
+    sums = sums.index_add_(0, sample, rows[:, 1:].cpu().double())  # (S, 1 + K): n_s, then each d_s
+    sums = sums[sums[:, 0] > 0]
+    samples, tokens = len(sums), sums[:, 0].sum().item()
+    if samples < 2:
+        return [math.nan] * (rows.shape[1] - 2)
+    errors = []
+    for difference in sums[:, 1:].T:  # (S,) each
+        residuals = difference - difference.sum() / tokens * sums[:, 0]  # d_s - mean·n_s
+        errors.append(math.sqrt(samples / (samples - 1) * residuals.square().sum().item()) / tokens)
+    return errors
 
 
 def masked_lm_loss_sum(
@@ -176,12 +183,19 @@ class MaskedLMEvaluation:
     beside them the unigram baseline on the same masked tokens (with `unigram_log_probs`, `unigram_log_probs`'s
     (V,) tensor) and the order gap (with `order_seed`): the loss of the same blocks with their tokens permuted
     (`permute_inner_tokens`), minus the loss; and the standard errors of the margin below the baseline and of the
-    gap (`difference_stderr`). With an `accelerator`, the sums of every process are added up (each process passing
-    its own batches)."""
+    gap (`difference_stderrs`), the documents taken as the sample: `documents` (the split's `block_documents`)
+    gives the document of each block by its `example_id`; without it, each block is a sample of its own. With an
+    `accelerator`, the sums of every process are added up (each process passing its own batches)."""
 
-    def __init__(self, unigram_log_probs: torch.Tensor | None = None, order_seed: int | None = None):
+    def __init__(
+        self,
+        unigram_log_probs: torch.Tensor | None = None,
+        order_seed: int | None = None,
+        documents: torch.Tensor | None = None,
+    ):
         self.unigram_log_probs = unigram_log_probs
         self.order_seed = order_seed
+        self.documents = documents
 
     @torch.no_grad()
     def __call__(self, model, batches: Iterable[dict[str, torch.Tensor]], accelerator=None, **inputs) -> dict:
@@ -189,8 +203,9 @@ class MaskedLMEvaluation:
         model.eval()
         device = accelerator.device if accelerator is not None else next(model.parameters()).device
         totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss, permuted, unigram, count
-        moments = torch.zeros(2, 5, dtype=torch.float64, device=device)  # margin below the unigram baseline, gap
+        rows, seen = [], 0  # (B, 4) per batch: document, masked tokens, margin below the unigram baseline, gap
         unigram = None if self.unigram_log_probs is None else self.unigram_log_probs.to(device)
+        documents = None if self.documents is None else self.documents.to(device)
         for batch in batches:
             batch = {name: value.to(device) for name, value in batch.items()}
             labels = batch["labels"]  # (B, T)
@@ -204,12 +219,14 @@ class MaskedLMEvaluation:
                 unigram_blocks = -torch.where(labels != -100, unigram[labels.clamp(min=0)], 0.0).sum(1)  # (B,)
                 unigram_sum = unigram_blocks.sum()
             totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
-            counts = (labels != -100).sum(1).double()  # (B,)
-            differences = unigram_blocks - blocks, permuted_blocks - blocks  # (B,) each
-            moments += torch.stack([block_moments(counts, difference) for difference in differences])
+            counts = (labels != -100).sum(1)  # (B,)
+            samples = block_samples(batch, seen, documents, accelerator)  # (B,)
+            seen += len(samples)
+            rows.append(sample_rows(samples, counts, (unigram_blocks - blocks, permuted_blocks - blocks)))
+        rows = torch.cat(rows) if rows else torch.zeros(0, 4, dtype=torch.float64, device=device)
         if accelerator is not None:
             totals = accelerator.reduce(totals, reduction="sum")
-            moments = accelerator.reduce(moments, reduction="sum")
+            rows = accelerator.gather(accelerator.pad_across_processes(rows))  # padding: rows of no masked token
         model.train(training)
         loss, permuted, unigram_loss = (totals[:3] / totals[3].clamp(min=1)).tolist()
         tokens = totals[3].item()
@@ -219,8 +236,31 @@ class MaskedLMEvaluation:
         if self.order_seed is not None:
             metrics["eval_order_gap"] = permuted - loss
         metrics["eval_masked_tokens"] = int(tokens)
+        margin_stderr, gap_stderr = difference_stderrs(rows)
         if unigram is not None:
-            metrics["eval_unigram_margin_stderr"] = difference_stderr(moments[0], tokens)
+            metrics["eval_unigram_margin_stderr"] = margin_stderr
         if self.order_seed is not None:
-            metrics["eval_order_gap_stderr"] = difference_stderr(moments[1], tokens)
+            metrics["eval_order_gap_stderr"] = gap_stderr
         return metrics
+
+
+def block_samples(
+    batch: dict[str, torch.Tensor], seen: int, documents: torch.Tensor | None, accelerator
+) -> torch.Tensor:
+    """(B,) the sample of each block of `batch` for the standard errors: its document (`documents`, by its
+    `example_id`), else the block itself; blocks without an `example_id` are numbered as they come (`seen` before
+    them), apart on every process of `accelerator`."""
+    example_ids = batch.get("example_id")
+    if example_ids is not None:
+        return example_ids if documents is None else documents[example_ids]
+    rows = torch.arange(seen, seen + batch["labels"].shape[0], device=batch["labels"].device)  # (B,)
+    return rows if accelerator is None else rows * accelerator.num_processes + accelerator.process_index
+
+
+def block_documents(blocks: datasets.Dataset | datasets.IterableDataset) -> torch.Tensor | None:
+    """(number of blocks,) int64: the `document` of each block of a packed map-style split
+    (`data.pipeline.pack_blocks`), for `MaskedLMEvaluation`; None for a stream (its blocks are then the sample) or a
+    split without the column."""
+    if isinstance(blocks, datasets.IterableDataset) or "document" not in blocks.column_names:
+        return None
+    return torch.from_numpy(blocks.with_format("numpy", columns=["document"])[:]["document"]).long()

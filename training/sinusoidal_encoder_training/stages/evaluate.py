@@ -37,7 +37,12 @@ from sinusoidal_encoder_training.data.pipeline import (
     tokenize_documents,
     validation_split,
 )
-from sinusoidal_encoder_training.evaluation.masked_lm import MaskedLMEvaluation, describe_evaluation, unigram_log_probs
+from sinusoidal_encoder_training.evaluation.masked_lm import (
+    MaskedLMEvaluation,
+    block_documents,
+    describe_evaluation,
+    unigram_log_probs,
+)
 from sinusoidal_encoder_training.publishing.onnx_export import folder_architecture, head_problem, load_trained
 from sinusoidal_encoder_training.runs.accelerator import main_process_first, new_accelerator
 from sinusoidal_encoder_training.runs.atomic import temporary_path
@@ -112,10 +117,10 @@ def load_model(config: EvaluationConfig, accelerator: Accelerator):
 
 def length_blocks(
     config: EvaluationConfig, tokenized, tokenizer, length: int
-) -> tuple[torch.utils.data.Dataset, torch.Tensor]:
+) -> tuple[torch.utils.data.Dataset, torch.Tensor, torch.Tensor | None]:
     """The validation split (`tokenize_documents`, tokenised once for every length) in blocks of `length` tokens (the
-    first --max_eval_samples), and the unigram log-frequencies of the training split packed the same way
-    (`unigram_log_probs`), as pretraining counts them."""
+    first --max_eval_samples), the unigram log-frequencies of the training split packed the same way
+    (`unigram_log_probs`), as pretraining counts them, and the document of each block (`block_documents`)."""
     packed = pack_blocks(tokenized, tokenizer, length, config.preprocessing_num_workers)
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
     validation = packed["validation"]
@@ -133,7 +138,7 @@ def length_blocks(
             f"The validation split holds no block of {length} tokens: give more validation text, or a shorter "
             "--max_seq_length."
         )
-    return (IndexedStream if streamed else IndexedExamples)(validation), unigram
+    return (IndexedStream if streamed else IndexedExamples)(validation), unigram, block_documents(validation)
 
 
 def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict:
@@ -178,11 +183,12 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> tu
     exact = config.mask_count == "exact"
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval", exact_count=exact)
     results = {}
-    for length, (blocks, unigram) in prepared.items():
+    for length, (blocks, unigram, documents) in prepared.items():
         loader = torch.utils.data.DataLoader(blocks, batch_size=config.per_device_eval_batch_size, collate_fn=masking)
         loader = accelerator.prepare(loader)
         batches = ({**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)} for batch in loader)
-        results[length] = MaskedLMEvaluation(unigram, order_seed=config.seed)(model, batches, accelerator)
+        evaluation = MaskedLMEvaluation(unigram, order_seed=config.seed, documents=documents)
+        results[length] = evaluation(model, batches, accelerator)
         accelerator.print(f"{length} tokens: {format_metrics(results[length])}")
         accelerator.print(f"    {describe_evaluation(results[length])}")
     return results, scored
