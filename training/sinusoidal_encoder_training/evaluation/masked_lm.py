@@ -150,9 +150,10 @@ def difference_stderrs(rows: torch.Tensor) -> list[float]:
     taken as the sample: their blocks' counts and differences summed (n_s, d_s), the ratio estimator's
     sqrt(S/(S-1) · Σ_s (d_s - mean·n_s)²) / N over the S samples holding a masked token (a block repeated to even out
     the last batch holds none); NaN below two samples."""
-    _, sample = torch.unique(rows[:, 0], return_inverse=True)
-    sums = torch.zeros(int(sample.max()) + 1 if len(rows) else 0, rows.shape[1] - 1, dtype=torch.float64)
-    sums = sums.index_add_(0, sample, rows[:, 1:].cpu().double())  # (S, 1 + K): n_s, then each d_s
+    rows = rows.cpu().double()  # (M, 2 + K), from any device
+    unique, sample = torch.unique(rows[:, 0], return_inverse=True)  # (S,), (M,): the sample of each row
+    # (S, 1 + K): each sample's n_s, then each of its d_s
+    sums = torch.zeros(len(unique), rows.shape[1] - 1, dtype=torch.float64).index_add_(0, sample, rows[:, 1:])
     sums = sums[sums[:, 0] > 0]
     samples, tokens = len(sums), sums[:, 0].sum().item()
     if samples < 2:
