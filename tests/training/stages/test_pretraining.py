@@ -361,6 +361,7 @@ def test_pretraining_exports_a_hub_ready_folder(tmp_path, corpus, monkeypatch, c
     assert {m["type"] for m in result["metrics"]} == {"loss", "perplexity", "unigram_baseline_loss", "order_gap"}
     assert result["dataset"]["split"] == "validation"  # the run's validation file
     assert f"{evals[-1]['eval_order_gap']:.4f}" in card and "unigram baseline" in card
+    assert "are two standard errors, the validation documents taken as the sample. In short:" in card
     assert f"{evals[-1]['eval_loss']:.4f}" in card and "6 optimizer steps" in card and "1,536 tokens seen" in card
     assert "trust_remote_code=True" in card
     assert "sequence-length warmup: each block cut into rows of 16 tokens until step 2" in card
@@ -548,6 +549,11 @@ def test_a_resumed_stream_of_shards_read_by_workers_trains_as_the_uninterrupted_
     assert all(torch.equal(expected[name], got[name]) for name in expected)
     losses = [(m["step"], m["train_loss"]) for m in metrics(through) if "train_loss" in m]
     assert [(m["step"], m["train_loss"]) for m in metrics(resumed) if "train_loss" in m][-4:] == losses[-4:]
+    # a stream's documents are not known ahead: its blocks are the sample of the standard errors, and its card says so
+    assert (
+        "two standard errors, the validation blocks taken as the sample (a streamed split: a lower bound"
+        in (through / "README.md").read_text()
+    )
 
 
 @pytest.mark.slow

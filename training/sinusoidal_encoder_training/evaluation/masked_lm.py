@@ -265,3 +265,14 @@ def block_documents(blocks: datasets.Dataset | datasets.IterableDataset) -> torc
     if isinstance(blocks, datasets.IterableDataset) or "document" not in blocks.column_names:
         return None
     return torch.from_numpy(blocks.with_format("numpy", columns=["document"])[:]["document"]).long()
+
+
+def describe_sample(streamed: bool) -> str:
+    """What the standard errors took as the sample, in words (for a model card): the documents, as `block_documents`
+    gives them; a streamed split's blocks."""
+    if streamed:
+        return (
+            "the validation blocks taken as the sample (a streamed split: a lower bound, blocks of one document not "
+            "being independent)"
+        )
+    return "the validation documents taken as the sample"

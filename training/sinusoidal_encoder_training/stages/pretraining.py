@@ -47,6 +47,7 @@ from sinusoidal_encoder_training.evaluation.masked_lm import (
     MaskedLMEvaluation,
     block_documents,
     describe_evaluation,
+    describe_sample,
     unigram_log_probs,
 )
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
@@ -182,8 +183,7 @@ EVALUATION_NOTE = (
     "masked token by its frequency in the training split, so a model that learned context is clearly below it; "
     "`order_gap` is the loss of the same blocks with their tokens shuffled (a fixed permutation per block, masked "
     "tokens moving with their tokens) minus the loss as written: 0 for a model that ignores word order, positive "
-    "when the model uses it. The figures after `±` are two standard errors, the validation documents taken as the "
-    "sample (its blocks, for a streamed split)."
+    "when the model uses it. The figures after `±` are two standard errors, {sample}."
 )
 
 
@@ -411,7 +411,9 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
             "unigram_baseline_loss": final_eval["eval_unigram_loss"],
             "order_gap": final_eval["eval_order_gap"],
         },
-        evaluation_note=EVALUATION_NOTE.format(mlm_probability=config.mlm_probability)
+        evaluation_note=EVALUATION_NOTE.format(
+            mlm_probability=config.mlm_probability, sample=describe_sample(config.streaming)
+        )
         + " In short: "
         + describe_evaluation(final_eval),
     )
