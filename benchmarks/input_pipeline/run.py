@@ -34,13 +34,14 @@ TARGET = 5e6  # tokens/s for masked-LM batches, one core
 
 
 def packed_dataset(blocks: int, length: int, vocab_size: int, seed: int = 0):
-    """`blocks` packed blocks of `length` random ids (a [CLS] first), as pretraining's packed `datasets.Dataset`."""
+    """`blocks` packed blocks of `length` random ids (a [CLS] first), as pretraining's packed `datasets.Dataset`,
+    with the `document` each starts in (four blocks a document)."""
     import datasets
 
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab_size, (blocks, length), generator=generator)
     ids[:, 0] = 2  # [CLS] of the shipped tokenizer: a special token, never masked
-    return datasets.Dataset.from_dict({"input_ids": ids.tolist()})
+    return datasets.Dataset.from_dict({"input_ids": ids.tolist(), "document": [row // 4 for row in range(blocks)]})
 
 
 FINETUNING_TASKS = (

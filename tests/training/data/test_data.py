@@ -29,7 +29,6 @@ from sinusoidal_encoder_training.data.pipeline import (
     tokenize_documents,
     validation_split,
 )
-from sinusoidal_encoder_training.evaluation.masked_lm import block_documents
 
 SEED = 42  # the seed of a validation split drawn from the training data
 
@@ -160,7 +159,8 @@ def test_packing_joins_the_documents_with_the_separator_and_cuts_blocks_after_th
         assert packed["input_ids"] == expected
         assert packed["document"] == [owners[i] for i in starts]
         assert tokenize_and_pack(raw, tokenizer, length)["train"]["input_ids"] == expected
-        assert block_documents(packed).tolist() == [owners[i] for i in starts]
+        every_block = list(range(len(packed)))  # read as a batch is: each block with its document
+        assert IndexedExamples(packed).__getitems__(every_block)["document"].tolist() == [owners[i] for i in starts]
         assert len(set(packed["document"])) > 1 and 3 not in packed["document"] and 7 not in packed["document"]
 
 
@@ -222,9 +222,9 @@ def test_streaming_packs_on_the_fly_into_the_same_blocks(tmp_path, tokenizer):
     assert isinstance(streamed["train"], datasets.IterableDataset)
     assert [row["input_ids"] for row in streamed["train"]] == eager["train"]["input_ids"]
     assert [row["document"] for row in streamed["train"]] == eager["train"]["document"]
-    assert block_documents(streamed["validation"]) is None  # a stream's blocks are the evaluation's samples
     stream = list(IndexedStream(streamed["validation"]))
     assert [row["example_id"] for row in stream] == list(range(len(eager["validation"])))
+    assert [row["document"] for row in stream] == eager["validation"]["document"]
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -247,15 +247,19 @@ def test_a_stream_read_by_workers_tags_every_block_with_an_index_of_its_own(tmp_
         loader = torch.utils.data.DataLoader(
             IndexedStream(blocks), batch_size=4, num_workers=workers, collate_fn=lambda rows: rows
         )
-        return [(row["example_id"], tuple(row["input_ids"])) for batch in loader for row in batch]
+        return [(row["example_id"], tuple(row["input_ids"]), row["document"]) for batch in loader for row in batch]
 
     alone, shared = read(0), read(2)
-    indices = [index for index, _ in shared]
+    indices = [index for index, _, _ in shared]
     assert len(set(indices)) == len(indices) > 0
     if shards == 1:
         assert shared == alone
     else:  # both workers read (each packs its own shards' documents: blocks of their own)
         assert {index % 2 for index in indices} == {0, 1}
+    readers, owners = min(2, shards), {}  # the documents of two readers never share a number (standard errors')
+    for index, _, document in shared:
+        owners.setdefault(document, set()).add(index % readers)
+    assert all(len(reader) == 1 for reader in owners.values()) and len(owners) > shards
 
 
 @pytest.mark.parametrize(
@@ -395,10 +399,11 @@ def test_masks_are_keyed_by_seed_epoch_and_example(tokenizer):
 
 
 def dataset_kinds(tmp_path) -> dict[str, datasets.Dataset]:
-    """Blocks of 8 ids (rows 0..39, row i holding i*100 + position) and two text rows, as datasets holds them: in
-    memory, in several chunks, memory-mapped from disk, a contiguous selection (a slice of the table), and through an
-    indices mapping (shuffled, filtered, selected out of order)."""
+    """Blocks of 8 ids (rows 0..39, row i holding i*100 + position, of document i // 3) and a text column, as
+    datasets holds them: in memory, in several chunks, memory-mapped from disk, a contiguous selection (a slice of
+    the table), and through an indices mapping (shuffled, filtered, selected out of order)."""
     rows = {"input_ids": [[i * 100 + j for j in range(8)] for i in range(40)], "text": [f"row {i}" for i in range(40)]}
+    rows["document"] = [i // 3 for i in range(40)]  # packed blocks name the document they start in
     plain = datasets.Dataset.from_dict(rows)
     plain.save_to_disk(str(tmp_path / "saved"))
     halves = [
@@ -440,9 +445,9 @@ def test_a_batchs_rows_are_read_in_one_take_as_datasets_reads_them(tmp_path, kin
     if not mapped:
         assert taken.equals(expected) and all(column.num_chunks == 1 for column in taken.columns)
     assert BatchedRows(dataset).__getitems__(indices).equals(expected)
-    batch = IndexedExamples(dataset.select_columns(["input_ids"])).__getitems__(indices)
+    batch = IndexedExamples(dataset.select_columns(["input_ids", "document"])).__getitems__(indices)
     assert batch["input_ids"].dtype == torch.long and batch["input_ids"].tolist() == expected["input_ids"].to_pylist()
-    assert batch["example_id"].tolist() == indices
+    assert batch["example_id"].tolist() == indices and batch["document"].tolist() == expected["document"].to_pylist()
 
 
 def test_blocks_of_several_lengths_are_read_row_by_row():

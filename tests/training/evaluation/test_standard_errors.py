@@ -87,18 +87,20 @@ DOCUMENTS = {0: 7, 1: 7, 2: 7, 3: 2, 4: 2, 5: 0, 10: 9, 11: 9, 12: 9, 13: 9, 14:
 
 @pytest.mark.parametrize("rows", [1, 5, 12])
 def test_standard_errors_take_the_documents_as_the_sample(rows):
-    """With the document of each block (`documents`, by example id), a document is one sample: its blocks' masked
-    tokens and differences summed, whatever the batches. Each block its own document gives the blocks' figures."""
+    """With the document of each block in its batch (`document`, as the readers of `data.batches` give it), a
+    document is one sample: its blocks' masked tokens and differences summed, whatever the batches. Each block its
+    own document gives the blocks' figures."""
     net, log_probs = model(), unigram()
-    lookup = torch.full((16,), -1, dtype=torch.long)
-    for example, document in DOCUMENTS.items():
-        lookup[example] = document
-    metrics = MaskedLMEvaluation(log_probs, order_seed=SEED, documents=lookup)(net, batches(rows))
+
+    def with_documents(owner) -> list[dict[str, torch.Tensor]]:
+        return [{**batch, "document": batch["example_id"].clone().apply_(owner)} for batch in batches(rows)]
+
+    metrics = MaskedLMEvaluation(log_probs, order_seed=SEED)(net, with_documents(DOCUMENTS.__getitem__))
     expected, blocks = by_hand(net, batches(12), log_probs, DOCUMENTS), by_hand(net, batches(12), log_probs)
     for name, value in expected.items():
         assert metrics[name] == pytest.approx(value, rel=1e-4), name
         assert value != pytest.approx(blocks[name], rel=1e-2), name  # the grouping changes the figure
-    own = MaskedLMEvaluation(log_probs, order_seed=SEED, documents=torch.arange(16))(net, batches(rows))
+    own = MaskedLMEvaluation(log_probs, order_seed=SEED)(net, with_documents(lambda example: example + 100))
     for name, value in blocks.items():
         assert own[name] == pytest.approx(value, rel=1e-4), name
 

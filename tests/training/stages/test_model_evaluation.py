@@ -79,6 +79,18 @@ def test_evaluate_gives_pretrainings_final_evaluation_and_scores_other_lengths(
     assert written["scored"] == f"--validation_file {str(validation)!r}"
 
 
+def test_a_streamed_split_gives_the_figures_and_standard_errors_of_the_map_style_one(pretrained_run, fresh_accelerate):
+    """The same files streamed: the same blocks, masks and documents (each block's batch carries the document it
+    starts in), so the same figures and the same standard errors, the documents taken as the sample either way."""
+    (train, validation), model = pretrained_run
+    files = {"train_file": str(train), "validation_file": str(validation), "max_seq_length": [32]}
+    eager = evaluate.run(EvaluationConfig(model=str(model), **files))[32]
+    AcceleratorState._reset_state(reset_partial_state=True)
+    streamed = evaluate.run(EvaluationConfig(model=str(model), streaming=True, **files))[32]
+    assert streamed == pytest.approx(eager, rel=1e-9) and set(streamed) == set(eager)
+    assert "eval_order_gap_stderr" in streamed
+
+
 @pytest.mark.parametrize(
     ("data", "split", "said"),
     [

@@ -549,11 +549,8 @@ def test_a_resumed_stream_of_shards_read_by_workers_trains_as_the_uninterrupted_
     assert all(torch.equal(expected[name], got[name]) for name in expected)
     losses = [(m["step"], m["train_loss"]) for m in metrics(through) if "train_loss" in m]
     assert [(m["step"], m["train_loss"]) for m in metrics(resumed) if "train_loss" in m][-4:] == losses[-4:]
-    # a stream's documents are not known ahead: its blocks are the sample of the standard errors, and its card says so
-    assert (
-        "two standard errors, the validation blocks taken as the sample (a streamed split: a lower bound"
-        in (through / "README.md").read_text()
-    )
+    # a stream's blocks carry their documents too (numbered apart per reader): the standard errors' sample
+    assert "two standard errors, the validation documents taken as the sample." in (through / "README.md").read_text()
 
 
 @pytest.mark.slow

@@ -29,13 +29,15 @@ def take_rows(dataset: datasets.Dataset, indices: list[int]) -> pa.Table | None:
 
 
 class IndexedExamples(torch.utils.data.Dataset):
-    """Rows of a packed map-style dataset, each tagged with its index (the key of its masks). A DataLoader reads a
-    batch's rows at once (`__getitems__`: one Arrow take, no Python object per token). An index may come tagged with
-    the epoch it was drawn in, `(epoch, index)` (`EpochTaggedSampler`): the row then carries its `epoch` too."""
+    """Rows of a packed map-style dataset, each tagged with its index (the key of its masks) and, where the split
+    has the column (`data.pipeline.pack_blocks`), its `document`. A DataLoader reads a batch's rows at once
+    (`__getitems__`: one Arrow take, no Python object per token). An index may come tagged with the epoch it was
+    drawn in, `(epoch, index)` (`EpochTaggedSampler`): the row then carries its `epoch` too."""
 
     def __init__(self, dataset: datasets.Dataset):
         self.dataset = dataset
-        self.arrays = dataset.with_format("numpy", columns=["input_ids"])
+        self.columns = ["input_ids", *(["document"] if "document" in dataset.column_names else [])]
+        self.arrays = dataset.with_format("numpy", columns=self.columns)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -44,32 +46,36 @@ class IndexedExamples(torch.utils.data.Dataset):
         if isinstance(index, tuple):
             epoch, index = index
             return {**self[index], "epoch": epoch}
-        return {"input_ids": self.dataset[index]["input_ids"], "example_id": index}
+        row = self.dataset[index]
+        return {**{name: row[name] for name in self.columns}, "example_id": index}
 
     def __getitems__(self, indices: list[int] | list[tuple[int, int]]) -> dict[str, torch.Tensor]:
-        """The rows `indices` as one batch: `input_ids` (B, T) and their `example_id` (B,), and `epoch` (B,) when
-        the indices came tagged with it."""
+        """The rows `indices` as one batch: `input_ids` (B, T) and their `example_id` (B,), `document` (B,) where
+        the split has it, and `epoch` (B,) when the indices came tagged with it."""
         tagged = bool(indices) and isinstance(indices[0], tuple)
         rows = [index for _, index in indices] if tagged else indices
-        ids = self.block(rows)  # (B, T) when the blocks have one length
-        if ids is None:  # blocks of several lengths: each row on its own
+        arrays = self.read(rows)  # (B, T) ids when the blocks have one length
+        if arrays is None:  # blocks of several lengths: each row on its own
             return [self[index] for index in indices]
-        batch = {"input_ids": torch.from_numpy(ids).long(), "example_id": torch.tensor(rows, dtype=torch.long)}
+        batch = {name: torch.from_numpy(array).long() for name, array in arrays.items()}
+        batch["example_id"] = torch.tensor(rows, dtype=torch.long)
         if tagged:
             batch["epoch"] = torch.tensor([epoch for epoch, _ in indices], dtype=torch.long)
         return batch
 
-    def block(self, rows: list[int]):
-        """The ids of `rows` as one (B, T) int64 numpy array, or None when they have several lengths."""
+    def read(self, rows: list[int]) -> dict[str, np.ndarray] | None:
+        """The columns of `rows`: their ids as one (B, T) int64 numpy array, and their `document` (B,) where the
+        split has it; None when the blocks have several lengths."""
         table = take_rows(self.dataset, rows) if rows else None
         if table is None:
-            arrays = self.arrays[rows]["input_ids"]
-            return None if arrays.dtype == object else arrays
+            arrays = self.arrays[rows]
+            return None if arrays["input_ids"].dtype == object else {name: arrays[name] for name in self.columns}
         column = table.column("input_ids").combine_chunks()
         lengths = pc.min_max(pc.list_value_length(column))
         if lengths["min"] != lengths["max"]:
             return None
-        return column.flatten().to_numpy().astype("int64").reshape(len(rows), -1)  # a copy of its own
+        ids = column.flatten().to_numpy().astype("int64").reshape(len(rows), -1)  # a copy of its own
+        return {"input_ids": ids, **{name: table.column(name).to_numpy().astype("int64") for name in self.columns[1:]}}
 
 
 class EpochTaggedSampler(torch.utils.data.Sampler):
@@ -104,7 +110,9 @@ class IndexedStream(torch.utils.data.IterableDataset):
     masks): its position in the stream, read by one reader. DataLoader workers share a stream of several shards out
     (datasets gives each of the first `readers = min(workers, shards)` its own shards, and the others nothing): a
     block's index is then its position in its worker's part times `readers`, plus the worker's number. A stream of
-    one shard is read by one worker whatever their number: its indices, and masks, are those of no workers."""
+    one shard is read by one worker whatever their number: its indices, and masks, are those of no workers. A block
+    carries its `document` (`data.pipeline.pack_blocks`), numbered the same way: each reader counts the documents of
+    its own shards."""
 
     def __init__(self, dataset: datasets.IterableDataset):
         self.dataset = dataset
@@ -120,7 +128,10 @@ class IndexedStream(torch.utils.data.IterableDataset):
         if worker is not None:
             readers, reader = min(worker.num_workers, self.shards), worker.id
         for index, example in enumerate(self.dataset):
-            yield {"input_ids": example["input_ids"], "example_id": index * readers + reader}
+            block = {"input_ids": example["input_ids"], "example_id": index * readers + reader}
+            if "document" in example:  # each reader counts the documents of its own shards from 0
+                block["document"] = example["document"] * readers + reader
+            yield block
 
 
 # SplitMix64's constants (Steele, Lea & Flood, 2014), as the signed 64-bit integers of torch's int64 arithmetic
@@ -164,7 +175,8 @@ class KeyedMaskingCollator:
     The masks of a block therefore do not depend on batching, the number of processes, DataLoader prefetching or
     workers, or on where a run was resumed: a resumed run sees the masks of the uninterrupted one, and evaluation
     (a fixed epoch key) sees the same masks every time. Takes a list of examples or a batch (`IndexedExamples`); the
-    epoch of a row is that of its tag where it has one (`EpochTaggedSampler`), else `epoch`.
+    epoch of a row is that of its tag where it has one (`EpochTaggedSampler`), else `epoch`. The rows' `document`,
+    where they have one, goes on with the batch (the sample of an evaluation's standard errors).
 
     With `exact_count`, each row of T tokens has exactly max(1, round(mlm_probability × T)) masked tokens (all its
     tokens that are not special, where it has fewer): those of its smallest draws, as BERT's original data
@@ -193,11 +205,14 @@ class KeyedMaskingCollator:
     def __call__(self, examples: list[dict[str, Any]] | dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if isinstance(examples, dict):
             input_ids, example_ids = examples["input_ids"], examples["example_id"]  # (B, T), (B,)
-            epochs = examples.get("epoch")  # (B,), where the indices came tagged with their epoch
+            epochs, documents = examples.get("epoch"), examples.get("document")  # (B,) each, where the rows have them
         else:
             input_ids = torch.tensor([example["input_ids"] for example in examples], dtype=torch.long)  # (B, T)
             example_ids = torch.tensor([example["example_id"] for example in examples], dtype=torch.long)  # (B,)
-            epochs = torch.tensor([example["epoch"] for example in examples]) if "epoch" in examples[0] else None
+            epochs, documents = (
+                torch.tensor([example[name] for example in examples]) if name in examples[0] else None
+                for name in ("epoch", "document")
+            )
         keys = splitmix64(example_ids + self.epoch_keys(epochs))  # (B,)
         length = input_ids.shape[1]
         draws, special = keyed_draws(keys, length, 0), torch.isin(input_ids, self.special_ids)  # (B, T), (B, T)
@@ -211,7 +226,8 @@ class KeyedMaskingCollator:
         randomised = masked & ~replaced & (keyed_draws(keys, length, 2) < UNIT // 2)
         ids = torch.where(replaced, self.mask_token_id, input_ids)
         ids = torch.where(randomised, keyed_draws(keys, length, 3) % self.vocab_size, ids)
-        return {"input_ids": ids, "labels": torch.where(masked, input_ids, -100), "example_id": example_ids}
+        batch = {"input_ids": ids, "labels": torch.where(masked, input_ids, -100), "example_id": example_ids}
+        return batch if documents is None else {**batch, "document": documents}  # for the standard errors
 
     def epoch_keys(self, epochs: torch.Tensor | None) -> torch.Tensor | int:
         """The key of each row's epoch: that of its tag (B,), or without tags that of `self.epoch`."""

@@ -16,8 +16,8 @@ How to read a masked-LM evaluation: is the model better than token frequencies, 
 Both are differences of two losses on the same masked tokens, and a small validation split gives them by chance: each
 comes with its **standard error**, over the validation documents (each document's difference summed over the masked
 tokens of its blocks, the documents taken as the sample: the ratio estimator's, as a cluster sample's, for blocks cut
-from one long document are not independent; a block counts with the document it starts in). A streamed split, whose
-blocks' documents are not known ahead, takes its blocks as the sample: a lower bound there. The sentence that reads
+from one long document are not independent; a block counts with the document it starts in, which its batch carries
+as `document`). The sentence that reads
 an evaluation (`describe_evaluation`) states a finding only where its threshold lies outside two standard errors of
 the figure; else it says the split has too few masked tokens to tell.
 """
@@ -184,19 +184,13 @@ class MaskedLMEvaluation:
     beside them the unigram baseline on the same masked tokens (with `unigram_log_probs`, `unigram_log_probs`'s
     (V,) tensor) and the order gap (with `order_seed`): the loss of the same blocks with their tokens permuted
     (`permute_inner_tokens`), minus the loss; and the standard errors of the margin below the baseline and of the
-    gap (`difference_stderrs`), the documents taken as the sample: `documents` (the split's `block_documents`)
-    gives the document of each block by its `example_id`; without it, each block is a sample of its own. With an
-    `accelerator`, the sums of every process are added up (each process passing its own batches)."""
+    gap (`difference_stderrs`), the documents taken as the sample: a batch's `document` (B,) gives the document of
+    each block (`data.batches`); without it, each block is a sample of its own. With an `accelerator`, the sums of
+    every process are added up (each process passing its own batches)."""
 
-    def __init__(
-        self,
-        unigram_log_probs: torch.Tensor | None = None,
-        order_seed: int | None = None,
-        documents: torch.Tensor | None = None,
-    ):
+    def __init__(self, unigram_log_probs: torch.Tensor | None = None, order_seed: int | None = None):
         self.unigram_log_probs = unigram_log_probs
         self.order_seed = order_seed
-        self.documents = documents
 
     @torch.no_grad()
     def __call__(self, model, batches: Iterable[dict[str, torch.Tensor]], accelerator=None, **inputs) -> dict:
@@ -206,7 +200,6 @@ class MaskedLMEvaluation:
         totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss, permuted, unigram, count
         rows, seen = [], 0  # (B, 4) per batch: document, masked tokens, margin below the unigram baseline, gap
         unigram = None if self.unigram_log_probs is None else self.unigram_log_probs.to(device)
-        documents = None if self.documents is None else self.documents.to(device)
         for batch in batches:
             batch = {name: value.to(device) for name, value in batch.items()}
             labels = batch["labels"]  # (B, T)
@@ -221,7 +214,7 @@ class MaskedLMEvaluation:
                 unigram_sum = unigram_blocks.sum()
             totals += torch.stack([loss_sum.double(), permuted_sum.double(), unigram_sum, count.double()])
             counts = (labels != -100).sum(1)  # (B,)
-            samples = block_samples(batch, seen, documents, accelerator)  # (B,)
+            samples = block_samples(batch, seen, accelerator)  # (B,)
             seen += len(samples)
             rows.append(sample_rows(samples, counts, (unigram_blocks - blocks, permuted_blocks - blocks)))
         rows = torch.cat(rows) if rows else torch.zeros(0, 4, dtype=torch.float64, device=device)
@@ -245,34 +238,12 @@ class MaskedLMEvaluation:
         return metrics
 
 
-def block_samples(
-    batch: dict[str, torch.Tensor], seen: int, documents: torch.Tensor | None, accelerator
-) -> torch.Tensor:
-    """(B,) the sample of each block of `batch` for the standard errors: its document (`documents`, by its
-    `example_id`), else the block itself; blocks without an `example_id` are numbered as they come (`seen` before
-    them), apart on every process of `accelerator`."""
-    example_ids = batch.get("example_id")
-    if example_ids is not None:
-        return example_ids if documents is None else documents[example_ids]
+def block_samples(batch: dict[str, torch.Tensor], seen: int, accelerator) -> torch.Tensor:
+    """(B,) the sample of each block of `batch` for the standard errors: its `document` where the batch has it, else
+    the block itself (its `example_id`); blocks without either are numbered as they come (`seen` before them), apart
+    on every process of `accelerator`."""
+    for name in ("document", "example_id"):
+        if name in batch:
+            return batch[name]
     rows = torch.arange(seen, seen + batch["labels"].shape[0], device=batch["labels"].device)  # (B,)
     return rows if accelerator is None else rows * accelerator.num_processes + accelerator.process_index
-
-
-def block_documents(blocks: datasets.Dataset | datasets.IterableDataset) -> torch.Tensor | None:
-    """(number of blocks,) int64: the `document` of each block of a packed map-style split
-    (`data.pipeline.pack_blocks`), for `MaskedLMEvaluation`; None for a stream (its blocks are then the sample) or a
-    split without the column."""
-    if isinstance(blocks, datasets.IterableDataset) or "document" not in blocks.column_names:
-        return None
-    return torch.from_numpy(blocks.with_format("numpy", columns=["document"])[:]["document"]).long()
-
-
-def describe_sample(streamed: bool) -> str:
-    """What the standard errors took as the sample, in words (for a model card): the documents, as `block_documents`
-    gives them; a streamed split's blocks."""
-    if streamed:
-        return (
-            "the validation blocks taken as the sample (a streamed split: a lower bound, blocks of one document not "
-            "being independent)"
-        )
-    return "the validation documents taken as the sample"

@@ -39,7 +39,6 @@ from sinusoidal_encoder_training.data.pipeline import (
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import (
     MaskedLMEvaluation,
-    block_documents,
     describe_evaluation,
     unigram_log_probs,
 )
@@ -117,10 +116,10 @@ def load_model(config: EvaluationConfig, accelerator: Accelerator):
 
 def length_blocks(
     config: EvaluationConfig, tokenized, tokenizer, length: int
-) -> tuple[torch.utils.data.Dataset, torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.utils.data.Dataset, torch.Tensor]:
     """The validation split (`tokenize_documents`, tokenised once for every length) in blocks of `length` tokens (the
-    first --max_eval_samples), the unigram log-frequencies of the training split packed the same way
-    (`unigram_log_probs`), as pretraining counts them, and the document of each block (`block_documents`)."""
+    first --max_eval_samples), each with its document, and the unigram log-frequencies of the training split packed
+    the same way (`unigram_log_probs`), as pretraining counts them."""
     packed = pack_blocks(tokenized, tokenizer, length, config.preprocessing_num_workers)
     unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
     validation = packed["validation"]
@@ -138,7 +137,7 @@ def length_blocks(
             f"The validation split holds no block of {length} tokens: give more validation text, or a shorter "
             "--max_seq_length."
         )
-    return (IndexedStream if streamed else IndexedExamples)(validation), unigram, block_documents(validation)
+    return (IndexedStream if streamed else IndexedExamples)(validation), unigram
 
 
 def evaluate_model(config: EvaluationConfig, accelerator: Accelerator | None = None) -> dict:
@@ -183,11 +182,11 @@ def evaluate_masked_lm(config: EvaluationConfig, accelerator: Accelerator) -> tu
     exact = config.mask_count == "exact"
     masking = KeyedMaskingCollator(tokenizer, config.mlm_probability, config.seed, epoch="eval", exact_count=exact)
     results = {}
-    for length, (blocks, unigram, documents) in prepared.items():
+    for length, (blocks, unigram) in prepared.items():
         loader = torch.utils.data.DataLoader(blocks, batch_size=config.per_device_eval_batch_size, collate_fn=masking)
         loader = accelerator.prepare(loader)
         batches = ({**batch, "labels": unlabel_repeated_examples(batch["labels"], accelerator)} for batch in loader)
-        evaluation = MaskedLMEvaluation(unigram, order_seed=config.seed, documents=documents)
+        evaluation = MaskedLMEvaluation(unigram, order_seed=config.seed)
         results[length] = evaluation(model, batches, accelerator)
         accelerator.print(f"{length} tokens: {format_metrics(results[length])}")
         accelerator.print(f"    {describe_evaluation(results[length])}")

@@ -45,9 +45,7 @@ from sinusoidal_encoder_training.data.pipeline import (
 )
 from sinusoidal_encoder_training.evaluation.masked_lm import (
     MaskedLMEvaluation,
-    block_documents,
     describe_evaluation,
-    describe_sample,
     unigram_log_probs,
 )
 from sinusoidal_encoder_training.publishing.export import describe_data, export_model
@@ -183,7 +181,8 @@ EVALUATION_NOTE = (
     "masked token by its frequency in the training split, so a model that learned context is clearly below it; "
     "`order_gap` is the loss of the same blocks with their tokens shuffled (a fixed permutation per block, masked "
     "tokens moving with their tokens) minus the loss as written: 0 for a model that ignores word order, positive "
-    "when the model uses it. The figures after `±` are two standard errors, {sample}."
+    "when the model uses it. The figures after `±` are two standard errors, the validation documents taken as the "
+    "sample."
 )
 
 
@@ -204,14 +203,13 @@ class MaskedLMTask(TrainingTask):
         unigram_log_probs: torch.Tensor,
         length_schedule: tuple[tuple[int, int], ...] = (),
         train_order: EpochTaggedSampler | None = None,
-        documents: torch.Tensor | None = None,
     ):
         self.train_generator = train_generator
         self.train_masking = train_masking
         self.train_order = train_order
         self.seed = seed
-        # the standard errors take the validation documents as the sample (`documents`: each block's, by its index)
-        self.evaluation = MaskedLMEvaluation(unigram_log_probs, order_seed=seed, documents=documents)
+        # the standard errors take the validation documents as the sample (each batch's `document`)
+        self.evaluation = MaskedLMEvaluation(unigram_log_probs, order_seed=seed)
         self.length_schedule = length_schedule  # ((length, until step), ...): sequence-length warmup
         self.train_length: int | None = None  # the sequence length of the current step (None: the blocks' own)
 
@@ -351,10 +349,7 @@ def pretrain(config: PretrainingConfig, model: transformers.PreTrainedModel | No
             f"Masking = {describe_masking(config)}",
         ]
         unigram = unigram_log_probs(packed["train"], len(tokenizer), tokenizer.all_special_ids)
-        documents = block_documents(packed["validation"])
-        task = MaskedLMTask(
-            train_generator, train_masking, config.seed, unigram, config.length_schedule, order, documents
-        )
+        task = MaskedLMTask(train_generator, train_masking, config.seed, unigram, config.length_schedule, order)
         trained = train(
             accelerator, config, model, optimizer, train_loader, eval_loader, task, header, streaming=streaming
         )
@@ -411,9 +406,7 @@ def export(config: PretrainingConfig, result: PretrainingResult) -> None:
             "unigram_baseline_loss": final_eval["eval_unigram_loss"],
             "order_gap": final_eval["eval_order_gap"],
         },
-        evaluation_note=EVALUATION_NOTE.format(
-            mlm_probability=config.mlm_probability, sample=describe_sample(config.streaming)
-        )
+        evaluation_note=EVALUATION_NOTE.format(mlm_probability=config.mlm_probability)
         + " In short: "
         + describe_evaluation(final_eval),
     )
