@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # After scripts/pretrain.sh: fine-tune its model on the offline downstream task (which library a passage of the
 # built-in corpus documents), evaluate it against a majority-class and a TF-IDF + logistic-regression baseline in
-# the same run, and show label predictions. Ends in outputs/library-classifier. Extra arguments go to finetune.py.
+# the same run, and show label predictions. Ends in outputs/library-classifier. Extra arguments go to finetune.py
+# (they override the defaults below; the predictions are those of the folder --output_dir names).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/flags.sh
+output_dir=$(flag_value --output_dir outputs/library-classifier "$@")
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/python training/finetune.py \
@@ -19,11 +22,16 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
   --logging_steps 20 \
   --resume_from_checkpoint latest \
   "$@"
-.venv/bin/python - <<'PY'
+if asks_for_help "$@"; then
+  exit 0
+fi
+.venv/bin/python - "$output_dir" <<'PY'
+import sys
+
 import sinusoidal_encoder  # noqa: F401  (registers the model with the Auto classes)
 from transformers import pipeline
 
-classify = pipeline("text-classification", model="outputs/library-classifier")
+classify = pipeline("text-classification", model=sys.argv[1])
 for text in [
     "Return a new array of given shape and type, filled with zeros.",
     "Load a pretrained model from a local folder or a repository on the Hub.",

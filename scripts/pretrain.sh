@@ -2,7 +2,8 @@
 # Set everything up, pretrain the "small" sinusoidal encoder on the built-in offline corpus with the shipped
 # tokenizer (on 2 CPU cores, setup included: about 9 minutes with bf16 arithmetic, about 29 in float32 without it),
 # then load the result with AutoModelForMaskedLM and print fill-mask predictions. Ends in outputs/small-builtin, a
-# Hub-ready folder. Killed or interrupted, the same command resumes from the newest checkpoint. Extra arguments go to training/pretrain.py (they override the defaults below).
+# Hub-ready folder. Killed or interrupted, the same command resumes from the newest checkpoint. Extra arguments go to
+# training/pretrain.py (they override the defaults below; the predictions are those of the folder --output_dir names).
 #
 # The recipe (docs/experiments.md, "Does the model use word order?"): pre-LN, no dropout, learning rate 2e-3, and a
 # sequence-length warmup (rows of 16, 32, then 64 tokens for 150 steps each, then whole 128-token blocks), with which
@@ -12,6 +13,8 @@
 # length study (benchmarks/length_generalization/paper_encoding/README.md, 2026-11-28).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/flags.sh
+output_dir=$(flag_value --output_dir outputs/small-builtin "$@")
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.runs.accelerator import bf16_is_fast; print('bf16' if bf16_is_fast() else 'no')")
@@ -32,4 +35,7 @@ precision=$(.venv/bin/python -c "from sinusoidal_encoder_training.runs.accelerat
   --output_dir outputs/small-builtin \
   --resume_from_checkpoint latest \
   "$@"
-.venv/bin/python training/fill_mask.py outputs/small-builtin
+if asks_for_help "$@"; then
+  exit 0
+fi
+.venv/bin/python training/fill_mask.py "$output_dir"
