@@ -17,9 +17,8 @@ Both are differences of two losses on the same masked tokens, and a small valida
 comes with its **standard error**, over the validation documents (each document's difference summed over the masked
 tokens of its blocks, the documents taken as the sample: the ratio estimator's, as a cluster sample's, for blocks cut
 from one long document are not independent; a block counts with the document it starts in, which its batch carries
-as `document`). The sentence that reads
-an evaluation (`describe_evaluation`) states a finding only where its threshold lies outside two standard errors of
-the figure; else it says the split has too few masked tokens to tell.
+as `document`). The sentence that reads an evaluation (`describe_evaluation`) states a finding only where its
+threshold lies outside two standard errors of the figure; else it says the split has too few masked tokens to tell.
 """
 
 from __future__ import annotations
