@@ -60,13 +60,13 @@ def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
     series = timing.interleaved_series
     monkeypatch.setattr(timing, "interleaved_series", lambda commands, repeats, warmup: series(commands, repeats, 0))
     output = tmp_path / "utilization.md"
-    # two paths in one precision: each cell costs four worker processes (ours and BERT, twice), and a precision is
-    # only the dtype the worker is handed
-    argv = ["--size", "tiny", "--paths", "train", "padded", "--precisions", "bf16", "--modes", "eager"]
+    # one cell: each costs two worker processes (ours and BERT), whose start is most of this test's time; a path or
+    # a precision is only what the worker is handed (the training workload: the test below, in this process)
+    argv = ["--size", "tiny", "--paths", "padded", "--precisions", "bf16", "--modes", "eager"]
     utilization.main([*argv, "--repeats", "2", "--output", str(output)])
     record = json.loads((tmp_path / "utilization.json").read_text())
     cells = {(cell["path"], cell["precision"], cell["mode"]): cell for cell in record["cells"]}
-    assert set(cells) == {(p, "bf16", "eager") for p in ("train", "padded")}
+    assert set(cells) == {("padded", "bf16", "eager")}
     shape = utilization.Shape(**record["shape"])
     for (path, precision, _), cell in cells.items():
         assert cell["flops"] == utilization.job(path, shape)[0] > 0
@@ -82,6 +82,27 @@ def test_a_tiny_run_writes_every_cell(tmp_path, monkeypatch):
     padded_tokens = int(utilization.inference_batch("padded", shape.vocab_size)["attention_mask"].sum())
     assert cells["padded", "bf16", "eager"]["tokens"] == padded_tokens < 32 * 256
     assert "| padded inference" in output.read_text() and record["cpu"]["flags"].keys() == set(machine.CPU_FLAGS)
+
+
+@pytest.mark.parametrize("which", ["ours", "bert"])
+def test_a_training_workload_is_a_whole_step_of_the_scripts_optimizer(which, monkeypatch):
+    """What a worker of a training cell times, each call: forward (under bf16 autocast), backward, an AdamW step that
+    moves every weight, gradients cleared."""
+    built = []
+    build = utilization.build_model
+
+    def recorded(*args):
+        built.append(build(*args))
+        return built[-1]
+
+    monkeypatch.setattr(utilization, "build_model", recorded)
+    step = utilization.workload(which, "train", "bf16", "eager", SHAPE)
+    model = built[0]
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    step()
+    assert model.training
+    still = [name for name, p in model.named_parameters() if torch.equal(p, before[name])]
+    assert still == [] and all(p.grad is None for p in model.parameters())
 
 
 def test_bad_input_is_one_line_before_any_work(capsys):
