@@ -65,6 +65,14 @@ def pytest_xdist_make_scheduler(config, log):
     return OneWorkerModules(config, log)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the slow tier first (in their order, then the rest in theirs): the workers' collection is
+    the order the scheduler sends its units in, so the last ones are quick tests that even out the two workers'
+    ends, rather than a run of a minute on one worker while the other has nothing left."""
+    if WORKER:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 aten = torch.ops.aten
 
 VOCAB_SIZE = 99
