@@ -5,19 +5,20 @@ A block that cannot run here (it needs a GPU, the Hub, hours) carries a marker o
 with the reason: `<!-- not run: needs a GPU -->`. Every other Python or shell block is run, page by page, in order:
 
 - each block is its own process; the blocks of one page share one working directory, a stand-in for the
-  repository root (the repository's files and folders linked into a temporary one, `DOCS_TMP` in their
-  environment), so that a block reads as run from a clone (`python training/pretrain.py ... --output_dir
+  repository root (the repository's files and folders linked into a temporary one, in the folder that `DOCS_TMP`
+  in their environment names), so that a block reads as run from a clone (`python training/pretrain.py ... --output_dir
   outputs/x`), a later block can use what an earlier one saved (`from_pretrained("outputs/x")`), and nothing is
   written into the checkout;
 - a Python block (`python`, `py`) runs with this interpreter; a shell block (`bash`, `sh`, `shell`) with
   `bash -euo pipefail`; a `console` block runs its `$ ` lines the same way (the other lines are the output it
   shows);
 - every block gets `HF_HUB_OFFLINE=1`, `HF_DATASETS_OFFLINE=1`, `OMP_NUM_THREADS=1`, `TOKENIZERS_PARALLELISM=false`,
-  `MPLBACKEND=Agg`, a code cache of its page (`HF_MODULES_CACHE`), and a PATH that starts with this interpreter's
-  folder (`python` is the virtual environment's; the console scripts are found);
-- a page's Python programs (its Python blocks, and the `python` and console-script commands of its shell blocks)
-  start warm: forked, as a fresh interpreter would run them, from one that imported torch, transformers, datasets
-  and accelerate once for the page (tests/repository/warm_python.py; `DOCS_FRESH_PYTHON=1` starts each fresh).
+  `MPLBACKEND=Agg`, a code cache for `trust_remote_code` (`HF_MODULES_CACHE`), and a PATH that starts with this
+  interpreter's folder (`python` is the virtual environment's; the console scripts are found);
+- the pages' Python programs (their Python blocks, and the `python` and console-script commands of their shell
+  blocks) start warm: forked, as a fresh interpreter would run them, from one that imported torch, transformers,
+  datasets and accelerate once for all the pages a test process runs (tests/repository/warm_python.py;
+  `DOCS_FRESH_PYTHON=1` starts each fresh). The environment is the same for every page, as the warm one's must be.
 
 A block for a program that pins other libraries than the package's (Infinity and Optimum pin transformers 4.x)
 names the environment it runs in on the line before its fence, a folder of the checkout that a setup script makes:
@@ -137,10 +138,11 @@ def console_commands(code: str) -> str:
     return "\n".join(commands) + "\n"
 
 
-def block_environment(work: Path, modules_cache: Path) -> dict[str, str]:
+def block_environment(pages: Path, modules_cache: Path) -> dict[str, str]:
+    """The blocks' environment, for every page: `pages` holds the pages' working directories."""
     environment = dict(os.environ)
     environment.update(
-        DOCS_TMP=str(work),
+        DOCS_TMP=str(pages),
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         OMP_NUM_THREADS="1",
@@ -342,28 +344,37 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     assert (tmp_path / "site" / "api" / "model" / "index.html").is_file()
 
 
+@pytest.fixture(scope="session")
+def blocks_environment(tmp_path_factory):
+    """(The folder of the pages' working directories, the environment their blocks run in), with a warm Python for
+    it: one for all the pages of this process, whose start (its imports) is paid once, not once a page."""
+    pages = tmp_path_factory.mktemp("pages")
+    with warm_python.server(block_environment(pages, pages / "hf_modules"), pages, pages / "warm") as environment:
+        yield pages, environment
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", pages_with_runnable_blocks())
-def test_code_blocks_run(page, tmp_path):
+def test_code_blocks_run(page, request):
     if "DOCS_TMP" in os.environ:  # a block that runs the test suite (`bash scripts/test.sh`) would run itself
         pytest.skip("inside a documentation block (DOCS_TMP is set): the blocks are not run again")
-    work = tmp_path / "work"
-    work.mkdir()
-    stand_in_for_the_repository(work)
     blocks = [block for block in fenced_blocks(REPO / page) if block.runs]
     for block in blocks:
         if block.environment is not None and not (REPO / block.environment / "bin" / "python").exists():
             pytest.skip(f"{block.where()} runs in {block.environment}, which is not here (see its setup script)")
-    with warm_python.server(block_environment(work, tmp_path / "hf_modules"), work, tmp_path / "warm") as environment:
-        for block in blocks:
-            proc = run_block(block, work, environment)
-            if proc.returncode != 0:
-                shown = "".join(f"    {line}\n" for line in block.code.splitlines())
-                pytest.fail(
-                    f"the {block.language} block at {block.where()} exits with status {proc.returncode}:\n{shown}"
-                    f"--- stdout (end)\n{proc.stdout[-3000:]}\n--- stderr (end)\n{proc.stderr[-6000:]}\n"
-                    "(a block that cannot run here gets `<!-- not run: REASON -->` on the line before its fence; "
-                    f"its page's folder: DOCS_TMP={shlex.quote(str(work))}; DOCS_FRESH_PYTHON=1 starts each "
-                    "program fresh, tests/repository/warm_python.py)",
-                    pytrace=False,
-                )
+    pages, environment = request.getfixturevalue("blocks_environment")  # started once a page is to run
+    work = pages / page.replace("/", "-").removesuffix(".md") / "work"
+    work.mkdir(parents=True)
+    stand_in_for_the_repository(work)
+    for block in blocks:
+        proc = run_block(block, work, environment)
+        if proc.returncode != 0:
+            shown = "".join(f"    {line}\n" for line in block.code.splitlines())
+            pytest.fail(
+                f"the {block.language} block at {block.where()} exits with status {proc.returncode}:\n{shown}"
+                f"--- stdout (end)\n{proc.stdout[-3000:]}\n--- stderr (end)\n{proc.stderr[-6000:]}\n"
+                "(a block that cannot run here gets `<!-- not run: REASON -->` on the line before its fence; "
+                f"its page's folder: {shlex.quote(str(work))}; DOCS_FRESH_PYTHON=1 starts each "
+                "program fresh, tests/repository/warm_python.py)",
+                pytrace=False,
+            )
