@@ -5,6 +5,7 @@ tests/repository/test_docs.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -46,29 +47,56 @@ def run_cards(cards: dict[str, tuple[Path, list[str]]], prefix: str = "") -> sub
     )
 
 
+def fine_tuned_classifier(folder: Path, pretrained: str) -> Path:
+    """A text classifier fine-tuned (two steps, labels "neg" and "pos") from `pretrained` into `folder`, exported as
+    the command line exports it."""
+    from sinusoidal_encoder_training.stages import finetuning
+
+    folder.parent.mkdir(parents=True)
+    data = folder.parent / "data.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": f"Sentence {i}.", "label": ["neg", "pos"][i % 2]}) + "\n" for i in range(16))
+    )
+    config = finetuning.FinetuningConfig(
+        model_name_or_path=pretrained,
+        train_file=str(data),
+        validation_file=str(data),
+        output_dir=str(folder),
+        max_train_steps=2,
+        per_device_train_batch_size=8,
+        max_length=48,
+    )
+    finetuning.export(config, finetuning.finetune(config))
+    return folder
+
+
 @pytest.mark.slow
-def test_card_snippets_run_as_written(tmp_path, tokenizer):
-    """Every head's card: its package block and its pipeline example in one interpreter, its `trust_remote_code`
-    block and the example in another, without the package (two interpreters for the four cards: their start is
-    most of the cost)."""
+def test_card_snippets_run_as_written(tmp_path, tokenizer, pretrained):
+    """Every head's card, and a fine-tuned classifier's: its package block and its pipeline example in one
+    interpreter, its `trust_remote_code` block and the example in another, without the package (two interpreters for
+    the five cards: their start is most of the cost)."""
+    folders = {tag: exported_folder(tmp_path / tag, tokenizer, tag) for tag in VARIANTS}
+    folders["fine-tuned"] = fine_tuned_classifier(tmp_path / "fine-tuned" / "classifier", pretrained)
     with_package, without_package = {}, {}
-    for pipeline_tag in sorted(VARIANTS):
-        folder = exported_folder(tmp_path / pipeline_tag, tokenizer, pipeline_tag)
+    for name, folder in sorted(folders.items()):
         card = (folder / "README.md").read_text()
         package_block, remote_block, example = python_blocks(card)
-        assert "import sinusoidal_encoder" in package_block, pipeline_tag
-        assert "trust_remote_code=True" in remote_block, pipeline_tag
-        assert '"exported"' in example and "trust_remote_code=True" in example, pipeline_tag  # the folder by name
-        with_package[pipeline_tag] = (folder.parent, [package_block, example])
-        without_package[pipeline_tag] = (folder.parent, [remote_block, example])
+        assert "import sinusoidal_encoder" in package_block, name
+        assert "trust_remote_code=True" in remote_block, name
+        assert f'"{folder.name}"' in example and "trust_remote_code=True" in example, name  # the folder by name
+        with_package[name] = (folder.parent, [package_block, example])
+        without_package[name] = (folder.parent, [remote_block, example])
     for cards, prefix in ((with_package, ""), (without_package, WITHOUT_PACKAGE)):
         proc = run_cards(cards, prefix)
         ran = proc.stdout.split("=== ")[1:]  # each card's output, its name first
         assert proc.returncode == 0, f"the card of {ran[-1].split()[0] if ran else '?'}:\n{proc.stderr[-3000:]}"
         assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr
-        assert [section.split("\n", 1)[0] for section in ran] == sorted(VARIANTS)
+        sections = {section.split("\n", 1)[0]: section for section in ran}
+        assert list(sections) == sorted(folders)
         for section in ran:  # each pipeline printed its predictions
             assert "score" in section, section
+        # the fine-tuned head, with the label names it was trained on
+        assert "'label': 'neg'" in sections["fine-tuned"] or "'label': 'pos'" in sections["fine-tuned"]
 
 
 def test_publish_puts_the_hub_id_in_the_card(tmp_path, tokenizer, monkeypatch):

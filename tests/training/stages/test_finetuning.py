@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -112,30 +111,6 @@ def test_builtin_downstream_task_end_to_end(tmp_path, pretrained):
     assert isinstance(
         AutoModelForSequenceClassification.from_pretrained(out), se.SinusoidalEncoderForSequenceClassification
     )
-
-
-@pytest.mark.slow
-def test_loads_with_trust_remote_code_without_the_package(tmp_path, pretrained):
-    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 3)]
-    train, valid = write_jsonl(tmp_path / "t.jsonl", rows), write_jsonl(tmp_path / "v.jsonl", rows[:8])
-    out = tmp_path / "out"
-    run_finetune(
-        model_name_or_path=pretrained, train_file=train, validation_file=valid, output_dir=str(out), max_train_steps=2
-    )
-    script = (
-        "import sys; sys.modules['sinusoidal_encoder'] = None\n"
-        "from transformers import pipeline\n"
-        "print(pipeline('text-classification', model=sys.argv[1], trust_remote_code=True)('A sentence.')[0]['label'])"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] in {"neg", "pos"}
 
 
 @pytest.mark.slow
@@ -628,6 +603,9 @@ def test_a_failing_optional_step_loses_no_model(tmp_path, pretrained, monkeypatc
 
 @pytest.mark.slow
 def test_plots_command_draws_the_pictures(tmp_path, pretrained):
+    """`python -m sinusoidal_encoder_training.publishing.plots FOLDER [--by_tokens]`: its `main`, in this process."""
+    from sinusoidal_encoder_training.publishing.plots import main
+
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text((Path(pretrained) / "config.json").read_text())
@@ -636,20 +614,12 @@ def test_plots_command_draws_the_pictures(tmp_path, pretrained):
         + json.dumps({"step": 19, "eval_loss": 3.2})
         + "\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "sinusoidal_encoder_training.publishing.plots", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    main([str(folder)])
     for picture in ("encoding_heatmap.png", "encoding_dot_products.png", "loss_curves.png"):
         assert (folder / picture).read_bytes()[:4] == b"\x89PNG"
     by_steps = (folder / "loss_curves.png").read_bytes()
     with open(folder / "metrics.jsonl", "a") as handle:  # tokens seen, for --by_tokens
         handle.write(json.dumps({"step": 20, "train_loss": 3.0, "tokens_seen": 2560}) + "\n")
-    from sinusoidal_encoder_training.publishing.plots import main
-
     main([str(folder), "--by_tokens"])
     assert (folder / "loss_curves.png").read_bytes() not in (by_steps, b"")
 
