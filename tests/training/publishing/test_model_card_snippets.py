@@ -5,7 +5,6 @@ tests/repository/test_docs.py.)"""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import VARIANTS, FakeHfApi, exported_folder, folder_digest, tiny_config
+from test_finetuning import SENTENCES, run_finetune, write_jsonl
 
 import sinusoidal_encoder as se
 from sinusoidal_encoder_training.publishing import hub
@@ -49,24 +49,13 @@ def run_cards(cards: dict[str, tuple[Path, list[str]]], prefix: str = "") -> sub
 
 def fine_tuned_classifier(folder: Path, pretrained: str) -> Path:
     """A text classifier fine-tuned (two steps, labels "neg" and "pos") from `pretrained` into `folder`, exported as
-    the command line exports it."""
-    from sinusoidal_encoder_training.stages import finetuning
-
+    the command line exports it (test_finetuning's helpers)."""
     folder.parent.mkdir(parents=True)
-    data = folder.parent / "data.jsonl"
-    data.write_text(
-        "".join(json.dumps({"text": f"Sentence {i}.", "label": ["neg", "pos"][i % 2]}) + "\n" for i in range(16))
+    rows = [{"text": s, "label": ["neg", "pos"][i % 2]} for i, s in enumerate(SENTENCES * 2)]
+    data = write_jsonl(folder.parent / "data.jsonl", rows)
+    run_finetune(
+        model_name_or_path=pretrained, train_file=data, validation_file=data, output_dir=str(folder), max_train_steps=2
     )
-    config = finetuning.FinetuningConfig(
-        model_name_or_path=pretrained,
-        train_file=str(data),
-        validation_file=str(data),
-        output_dir=str(folder),
-        max_train_steps=2,
-        per_device_train_batch_size=8,
-        max_length=48,
-    )
-    finetuning.export(config, finetuning.finetune(config))
     return folder
 
 
